@@ -253,11 +253,16 @@ def flightdeck(
     )
 
 
-def finished_here(folder: Path, tasks: str = "tasks.jsonl", state_dir: str | None = None) -> str:
-    """The batch `flightdeck run TASKS --headless [--state-dir D]` would leave in `folder`'s
-    store, run to its end in this process through the Engine API: its id. For a test that
-    needs only a finished batch to read; the `run` command itself is tested as a process."""
-    config = load_settings(folder / "flightdeck.toml")
+def finished_here(
+    folder: Path,
+    tasks: str = "tasks.jsonl",
+    state_dir: str | None = None,
+    config_file: str = "flightdeck.toml",
+) -> str:
+    """The batch `flightdeck run TASKS --headless [--state-dir D] [--config C]` would leave in
+    `folder`'s store, run to its end in this process through the Engine API: its id. For a
+    test that needs only a finished batch to read; `run` itself is tested as a process."""
+    config = load_settings(folder / config_file)
     where = state_dir_from(None if state_dir is None else Path(state_dir), config)
     work = load_batch(
         folder / tasks,

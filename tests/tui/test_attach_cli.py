@@ -22,7 +22,7 @@ from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.screens.main import UiOptions
 from tui_support import SIZE, notices_of, until, until_exited, until_running
 
-from helpers import HANG_S, Hold, flightdeck, wait_ended
+from helpers import HANG_S, Hold, cli, finished_here, flightdeck, wait_ended
 from helpers import until as poll_until
 
 QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
@@ -180,27 +180,45 @@ def test_logs_f_says_a_transcript_deleted_while_it_follows(
 
 
 @pytest.mark.slow
-def test_logs_and_attach_bad_inputs_exit_2_with_one_line(project: Path, owners: list[int]) -> None:
+def test_logs_and_attach_bad_inputs_exit_2_with_one_line(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     none_here = flightdeck("logs", "x", "c1", cwd=project)
     assert none_here.returncode == ExitCode.USAGE
     assert "no flightdeck state here" in none_here.stderr
-    batch_id = detach(project, "quick.toml", owners)
+    batch_id = finished_here(project, config_file="quick.toml")
+
+    def process(*args: str) -> tuple[int, str]:  # as a user runs it
+        result = flightdeck(*args, cwd=project)
+        return result.returncode, result.stderr
+
+    # logs and attach run as processes in the tests above and in tests/tui/test_tmux_attach.py
+    def here(*args: str) -> tuple[int, str]:
+        code, _, err = cli(capsys, *args)
+        return code, err
+
+    monkeypatch.chdir(project)
     cases = [
-        (("logs", "nope", "c1"), "no batch 'nope'"),
-        (("logs", batch_id, "nope"), f"no child with id 'nope' in batch {batch_id}"),
-        (("attach", batch_id), "attach needs a terminal"),
-        (("attach", "x", "--state-dir", str(project / "elsewhere")), "no flightdeck state here"),
+        (process, ("logs", "nope", "c1"), "no batch 'nope'"),
+        (here, ("logs", batch_id, "nope"), f"no child with id 'nope' in batch {batch_id}"),
+        (here, ("attach", batch_id), "attach needs a terminal"),
+        (
+            here,
+            ("attach", "x", "--state-dir", str(project / "elsewhere")),
+            "no flightdeck state here",
+        ),
         # The owner's own start, by hand, on a batch that exists: its rows are never replaced.
         (
+            process,
             ("run", "tasks.jsonl", "--config", "quick.toml", "--headless", "--owner-of", batch_id),
             "is not a batch folder run claimed",
         ),
     ]
-    for args, expected in cases:
-        result = flightdeck(*args, cwd=project)
-        assert result.returncode == ExitCode.USAGE, (args, result.stderr)
-        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-        assert expected in result.stderr, (args, result.stderr)
+    for call, args, expected in cases:
+        code, err = call(*args)
+        assert code == ExitCode.USAGE, (args, err)
+        assert len(err.strip().splitlines()) == 1, err
+        assert expected in err, (args, err)
     db = project / ".flightdeck" / "flightdeck.db"
     with pytest.raises(UsageError, match="no batch 'nope'"):
         open_view(db, "nope")
@@ -208,9 +226,8 @@ def test_logs_and_attach_bad_inputs_exit_2_with_one_line(project: Path, owners: 
 
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_attach_on_a_finished_batch_is_read_only(project: Path, owners: list[int]) -> None:
-    batch_id = detach(project, "quick.toml", owners)
-    assert flightdeck("wait", batch_id, cwd=project).returncode == ExitCode.OK
+async def test_attach_on_a_finished_batch_is_read_only(project: Path) -> None:
+    batch_id = finished_here(project, config_file="quick.toml")
     db = project / ".flightdeck" / "flightdeck.db"
     with pytest.raises(UsageError, match="no running batch"):
         open_view(db, None)  # the default is the latest running batch: there is none
