@@ -29,6 +29,7 @@ from flightdeck.engine.records.store import Store
 from helpers import (
     Hold,
     batch,
+    cli,
     flightdeck,
     flightdeck_process,
     read_until,
@@ -440,7 +441,7 @@ def test_a_session_recorded_by_an_owner_before_its_thread_was_kept_reads_as_its_
 
 
 def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A batch stopped while its admission was paused reopens paused: `retry` said its children
     # were queued and `wait` waited on them for ever, neither saying that nothing would start.
@@ -453,9 +454,12 @@ def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
     started = flightdeck("run", "--detach", "tasks.jsonl", *state, cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     batch_id = started.stdout.strip()
+    # pause, stop, wait and continue in this process (as processes in test_durable), retry and
+    # the wait that must notice the hold as processes
+    monkeypatch.chdir(tmp_path)
     for verb in (("pause", batch_id), ("stop", batch_id, "--all"), ("wait", batch_id)):
-        done = flightdeck(*verb, *state, cwd=tmp_path)
-        assert done.returncode in (0, 1), (verb, done.stdout, done.stderr)
+        done = cli(capsys, *verb, *state)
+        assert done[0] in (0, 1), (verb, done)
     retried = flightdeck("retry", batch_id, "a", *state, cwd=tmp_path)
     owner = re.search(r"owner pid (\d+) started", retried.stderr)
     assert owner is not None, retried.stderr
@@ -470,17 +474,11 @@ def test_a_retry_into_a_batch_whose_admission_is_paused_says_so_as_wait_does(
         assert waiting.stderr is not None
         read_until(waiting.stderr.fileno(), held)
         # Paused already: not paused twice, as `continue` of what is not paused is not sent.
-        again = flightdeck("pause", batch_id, *state, cwd=tmp_path)
-        assert (again.returncode, again.stdout) == (
-            0,
-            f"admission of batch {batch_id}: already paused\n",
-        )
-        assert flightdeck("continue", batch_id, *state, cwd=tmp_path).returncode == 0
-        again = flightdeck("continue", batch_id, *state, cwd=tmp_path)
-        assert (again.returncode, again.stdout) == (
-            0,
-            f"admission of batch {batch_id}: not paused\n",
-        )
+        again = cli(capsys, "pause", batch_id, *state)
+        assert again[:2] == (0, f"admission of batch {batch_id}: already paused\n"), again
+        assert cli(capsys, "continue", batch_id, *state)[0] == 0
+        again = cli(capsys, "continue", batch_id, *state)
+        assert again[:2] == (0, f"admission of batch {batch_id}: not paused\n"), again
         (tmp_path / "hold" / "all").touch()
         assert waiting.wait(timeout=60) == 0
     finally:
