@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 from flightdeck.tui.exitcodes import ExitCode
 
-from helpers import flightdeck
+from helpers import cli, flightdeck
 
 QUICK = "[routes.sim]\ntime_scale = 0.001\nlatency_ms = 20\ntokens_per_s = 400\n"
 
 
-@pytest.mark.slow  # six `flightdeck` processes in turn, and a detached owner
-def test_the_owners_pid_is_in_its_log_in_ls_long_and_in_the_report(tmp_path: Path) -> None:
+@pytest.mark.slow  # a detached owner
+def test_the_owners_pid_is_in_its_log_in_ls_long_and_in_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "flightdeck.toml").write_text(QUICK, encoding="utf-8")
     (tmp_path / "tasks.jsonl").write_text('{"id": "c1", "goal": "Review it"}\n', encoding="utf-8")
     started = flightdeck("run", "--detach", "tasks.jsonl", cwd=tmp_path)
@@ -25,15 +27,17 @@ def test_the_owners_pid_is_in_its_log_in_ls_long_and_in_the_report(tmp_path: Pat
     said = re.search(r"owner pid (\d+), log (\S+)", started.stderr)
     assert said is not None, started.stderr
     pid, log = int(said.group(1)), Path(said.group(2))
-    assert flightdeck("wait", batch_id, cwd=tmp_path).returncode == ExitCode.OK
+    # wait, ls and report in this process: other tests run each as a process
+    monkeypatch.chdir(tmp_path)
+    assert cli(capsys, "wait", batch_id)[0] == ExitCode.OK
 
     assert log.read_text().splitlines()[0] == f"owner pid {pid} of batch {batch_id}"
-    listing = flightdeck("ls", "--long", cwd=tmp_path).stdout
+    listing = cli(capsys, "ls", "--long")[1]
     [row] = [line for line in listing.splitlines() if batch_id[:8] in line]
     assert f"│ {pid} " in row and "owner pid" in listing
-    assert "owner pid" not in flightdeck("ls", cwd=tmp_path).stdout  # the short listing
-    assert f"- owner: pid {pid}\n" in flightdeck("report", batch_id, cwd=tmp_path).stdout
-    report = json.loads(flightdeck("report", batch_id, "--format", "json", cwd=tmp_path).stdout)
+    assert "owner pid" not in cli(capsys, "ls")[1]  # the short listing
+    assert f"- owner: pid {pid}\n" in cli(capsys, "report", batch_id)[1]
+    report = json.loads(cli(capsys, "report", batch_id, "--format", "json")[1])
     assert report["owner_pid"] == pid
 
 
