@@ -182,6 +182,46 @@ def test_a_ctrl_c_just_as_the_launch_ends_still_ends_the_owner(
     assert not held.exists() or ended(int(held.read_text()))
 
 
+@pytest.mark.slow  # an owner started
+def test_a_ctrl_c_while_the_tui_loads_beside_the_starting_owner_ends_the_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `run` on a terminal loads the TUI's modules while its owner starts (before the owner has
+    # recorded the batch): a Ctrl+C in that half second stops the owner, as one before it does.
+    import argparse
+    import importlib.abc
+
+    from flightdeck.tui import attached
+
+    class CtrlC(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, *_: object) -> None:
+            if name == "flightdeck.tui.app":
+                raise KeyboardInterrupt  # as the terminal's SIGINT, mid-import
+
+    monkeypatch.delitem(sys.modules, "flightdeck.tui.app", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [CtrlC(), *sys.meta_path])
+    for name, value in held_project(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    held = tmp_path / "held"
+    args = argparse.Namespace(
+        batch_file=tmp_path / "tasks.jsonl",
+        config=None,
+        max_concurrent=None,
+        executor=None,
+        detach=False,
+    )
+    state = tmp_path / "state"
+    try:
+        code = attached.run_in_background(args, state)
+    except KeyboardInterrupt:
+        until(held.exists, 60, what="the owner started")
+        os.kill(int(held.read_text()), signal.SIGKILL)
+        pytest.fail("the interrupt escaped, and the owner ran on unseen")
+    assert code == ExitCode.INTERRUPTED
+    assert list((state / "batches").iterdir()) == []  # never started: nothing left of it
+    assert not held.exists() or ended(int(held.read_text()))
+
+
 @pytest.mark.parametrize("shown", [False, True])
 def test_an_interrupt_stops_the_batch_only_before_the_tui_has_shown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shown: bool
