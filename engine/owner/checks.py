@@ -62,6 +62,7 @@ def check_batch(
     routes = {name: settings.routes[name] for name in sorted(used)}
     size = pool_size(max_concurrent, settings, routes.values())
     configured = max_concurrent or settings.engine.max_concurrent
+    auto = not isinstance(max_concurrent, int) and configured == "auto"
     given = given or {}
     check_executor(settings, providers_given=bool(given))
     check_budget(settings, routes.values())
@@ -83,7 +84,6 @@ def check_batch(
     }
     if not stored:  # the store's names were recorded as they were
         keys.refuse_keys_in_names(batch, keys.batch_secrets(providers, commands))
-    auto = not isinstance(max_concurrent, int) and configured == "auto"
     return Checked(routes, size, auto, providers, commands)
 
 
