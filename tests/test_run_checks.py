@@ -12,7 +12,7 @@ from types import MappingProxyType
 import pytest
 from flightdeck.engine import providers
 from flightdeck.engine.api import Engine, load_batch, load_settings
-from flightdeck.engine.errors import InputError
+from flightdeck.engine.errors import FatalError, InputError
 from flightdeck.engine.inputs.settings import Route
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.providers import Provider, make_provider
@@ -115,6 +115,20 @@ def test_an_sdk_client_is_made_at_its_first_turn_once_with_the_secrets_it_has(
     first.close()
     assert len(made) == 1  # two first turns at once: one client
     assert made[0].secrets == first.secrets
+
+
+def test_no_client_is_made_after_the_route_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A turn's thread abandoned when the batch closed could come to its first turn after the
+    # close and make a client, and its connections, that nothing would close.
+    options = {"api_key_env": KEY_ENV, "base_url": "http://127.0.0.1:9/v1"}
+    route = Route(name="gpt", provider="openai", model="m", options=MappingProxyType(options))
+    made: list[Route] = []
+    monkeypatch.setattr(providers, "_sdk_client", lambda route, key: made.append(route))
+    first = make_provider(route, {KEY_ENV: KEY})
+    first.close()
+    with pytest.raises(FatalError, match="route gpt: the batch has closed"):
+        first.open(TurnRequest("", (), (), 8))
+    assert made == []
 
 
 def test_a_client_the_sdk_will_not_make_fails_its_children_with_one_line(tmp_path: Path) -> None:

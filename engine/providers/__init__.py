@@ -56,6 +56,7 @@ class FirstCall:
         self._route, self._key = route, key
         self._lock = threading.Lock()  # children's first turns come on many threads at once
         self._client: Provider | None = None
+        self._closed = False  # a turn's thread abandoned at the batch's end may come late
 
     def open(self, request: TurnRequest) -> TurnStream:
         """A turn of the client, made first if need be."""
@@ -66,6 +67,8 @@ class FirstCall:
         OPENAI_BASE_URL in the environment the SDK refuses, say): each child of the route
         fails with that line, as a call refused for good would."""
         with self._lock:
+            if self._closed:  # made now, nothing would ever close it
+                raise FatalError(f"route {self._route.name}: the batch has closed")
             if self._client is None:
                 try:
                     self._client = _sdk_client(self._route, self._key)
@@ -80,7 +83,7 @@ class FirstCall:
     def close(self) -> None:
         """Release the client's connections, if it was made."""
         with self._lock:
-            client = self._client
+            client, self._closed = self._client, True
         if client is not None:
             client.close()
 
