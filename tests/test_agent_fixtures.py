@@ -228,6 +228,16 @@ def test_codex_reports_its_thread_tools_usage_and_answer() -> None:
     assert any(isinstance(e, Shown) and e.role == "system" and "metadata" in e.text for e in events)
 
 
+def test_codex_command_left_running_at_the_turn_end_is_closed_with_the_turn() -> None:
+    # Its command outlived the shell's yield and the turn: Codex never completes its item.
+    events = read("codex-json", CODEX / "left_running.jsonl")
+    started = events.index(ToolStarted("shell"))
+    (closed,) = [e.text for e in of(events, Shown) if e.role == "tool"]
+    assert closed.startswith("shell /bin/bash -lc 'sleep 25; echo slept': left running when")
+    assert ToolEnded() in events[started : events.index(of(events, Report)[0])]
+    assert of(events, Result) == [Result("done: wait for it")]
+
+
 def test_codex_reconnects_are_retry_notices_and_its_own_error_is_the_reason() -> None:
     retry = read("codex-json", CODEX / "retry.jsonl")
     assert [e.text[:17] for e in of(retry, Retrying)] == ["Reconnecting... 1", "Reconnecting... 2"]

@@ -137,6 +137,32 @@ def test_codex_failed_turn_and_mcp_tool() -> None:
     assert Result("quota", error=True) in failed
 
 
+def test_codex_command_completed_in_progress_at_its_turn_end_says_left_running() -> None:
+    # Later Codex versions complete a command still running as its turn ends: `in_progress`,
+    # no exit status. It is no `exit None`, and it is told once, not again at the process's end.
+    reader = reader_for("codex-json")
+    command = {"id": "item_2", "type": "command_execution", "command": "sleep 25"}
+    reader.feed(line({"type": "item.started", "item": {**command, "status": "in_progress"}}))
+    partial = {**command, "status": "in_progress", "exit_code": None, "aggregated_output": "so"}
+    done = reader.feed(line({"type": "item.completed", "item": partial}))
+    said = "shell sleep 25: left running when the turn ended (Codex reports no end for it)\nso"
+    assert done == [Shown("tool", said), ToolEnded()]
+    assert not [e for e in reader.feed(line({"type": "turn.completed"})) if isinstance(e, Shown)]
+    assert reader.ended() == []
+
+
+def test_codex_failed_turn_closes_its_open_command_before_the_failure() -> None:
+    reader = reader_for("codex-json")
+    command = {"id": "item_1", "type": "command_execution", "command": "make"}
+    reader.feed(line({"type": "item.started", "item": command}))
+    failed = reader.feed(line({"type": "turn.failed", "error": {"message": "quota"}}))
+    assert failed[:2] == [
+        Shown("tool", "shell make: left running when the turn ended (Codex reports no end for it)"),
+        ToolEnded(),
+    ]
+    assert failed[-1] == Result("quota", error=True) and reader.ended() == []
+
+
 def test_claude_task_bookkeeping_of_a_running_tool_is_no_raw_json_in_the_transcript() -> None:
     # Found by a walk-through: Claude Code 2.1.332 runs each shell command as a task and prints
     # its bookkeeping, and a heartbeat every 30 s of a long tool; each was a raw JSON line in

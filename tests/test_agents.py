@@ -650,6 +650,40 @@ def test_a_codex_child_past_its_reconnects_is_not_held_in_its_tool(tmp_path: Pat
     assert row.error == "no activity for 0.5s"
 
 
+def test_a_codex_command_left_running_at_the_turn_end_is_no_current_tool_after_it(
+    tmp_path: Path,
+) -> None:
+    # Found against the real Codex: a command past its shell's 10 s yield runs on in its own
+    # session; the turn ended first and never completed it, so the row said `tool: shell` and
+    # the transcript showed the call with no end until the process was gone.
+    leave = tmp_path / "leave"
+    codex = fake("fake_codex.py", "exec", "--json", "--fake-leave", str(leave), "{goal}")
+    eng = engine_for(tmp_path, config(tmp_path, codex + 'format = "codex-json"\n'))
+    try:
+        until(lambda: written(eng, "left running when the turn ended"), timeout=60)
+        until(lambda: row_of(eng).activity.current_tool is None, HANG_S)
+        assert row_of(eng).status is ChildStatus.RUNNING  # its process waits on `leave`
+    finally:
+        leave.touch()
+    row = run_to_end(eng).children[0]
+    assert row.status is ChildStatus.COMPLETED, row.error
+    assert "shell /bin/bash -lc ls: left running when the turn ended" in transcript(row)
+
+
+def test_a_codex_command_its_process_ended_before_is_closed_in_the_transcript(
+    tmp_path: Path,
+) -> None:
+    gate = tmp_path / "gate"
+    codex = fake("fake_codex.py", "exec", "--json", "--fake-gate", str(gate), "{goal}")
+    eng = engine_for(tmp_path, config(tmp_path, codex + 'format = "codex-json"\n'))
+    until(lambda: row_of(eng).activity.current_tool == "shell", timeout=60)
+    eng.stop(["t0"])
+    row = run_to_end(eng).children[0]
+    assert row.status is ChildStatus.STOPPED, row.error
+    lines = transcript(row)
+    assert "shell /bin/bash -lc ls: no end reported before its process ended" in lines
+
+
 def test_the_cli_own_error_is_the_failure_reason_not_its_stderr(tmp_path: Path) -> None:
     codex = fake("fake_codex.py", "exec", "--json", "--fake-retries", "2", "--fake-fail", "{goal}")
     route = codex + 'format = "codex-json"\n'

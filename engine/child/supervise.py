@@ -150,6 +150,8 @@ class Supervisor:
             raise
         finally:
             self._lines(proc.read(final=True))
+            for event in self.reader.ended():
+                self._event(event)
             self._reap()
         self._end.code = proc.returncode
         return self._end

@@ -244,6 +244,8 @@ def main() -> None:
         write(folder, "tool", codex.run("list the files [tool: ls]"))
         write(folder, "retry", codex.run("retry me [429: 2]"))
         write(folder, "fail_429", codex.run("give up [fail: 429]"))
+        # Its command outlives the shell's 10 s yield and the turn: its item is never completed.
+        write(folder, "left_running", codex.run("wait for it [tool: sleep 25; echo slept]"))
         thread = json.loads(Path(folder / "tool.jsonl").read_text().splitlines()[0])
         write(folder, "resume", codex.run("resume", thread["thread_id"], "and the changelog"))
 

@@ -10,7 +10,8 @@ real one refuses it (exit 2).
 Fake-only flags: `--fake-sleep S` waits S seconds after the thread starts; `--fake-gate PATH`:
 its command runs until PATH exists; `--fake-retries N`: N reconnects first; `--fake-fail`: it
 gives up on a 429; `--fake-pidfile PATH`: its pid is written there; `--fake-exit N`: it exits
-N after its turn completed (a run that billed a turn, then failed).
+N after its turn completed (a run that billed a turn, then failed); `--fake-leave PATH`: its
+command outlives the turn, never completed (as left_running.jsonl), and it exits once PATH exists.
 """
 
 import argparse
@@ -35,6 +36,7 @@ parser.add_argument("--fake-retries", type=int, default=0)
 parser.add_argument("--fake-fail", action="store_true")
 parser.add_argument("--fake-pidfile")
 parser.add_argument("--fake-exit", type=int, default=0)
+parser.add_argument("--fake-leave")
 args = parser.parse_intermixed_args()
 assert args.exec == "exec" and args.json
 if args.fake_pidfile:
@@ -83,17 +85,18 @@ emit(
 )
 while args.fake_gate and not os.path.exists(args.fake_gate):
     time.sleep(0.02)
-emit(
-    {
-        "type": "item.completed",
-        "item": {
-            **command,
-            "aggregated_output": "README.md\n",
-            "exit_code": 0,
-            "status": "completed",
-        },
-    }
-)
+if not args.fake_leave:
+    emit(
+        {
+            "type": "item.completed",
+            "item": {
+                **command,
+                "aggregated_output": "README.md\n",
+                "exit_code": 0,
+                "status": "completed",
+            },
+        }
+    )
 emit(
     {"type": "item.completed", "item": {"id": "item_2", "type": "reasoning", "text": "**Reading**"}}
 )
@@ -122,4 +125,6 @@ emit(
         },
     }
 )
+while args.fake_leave and not os.path.exists(args.fake_leave):
+    time.sleep(0.02)
 sys.exit(args.fake_exit)

@@ -129,6 +129,10 @@ class OutputReader(Protocol):
         """The events of one stdout line."""
         ...
 
+    def ended(self) -> list[Event]:
+        """The events its process's end implies (a tool it never said ended, closed)."""
+        ...
+
 
 def json_object(line: str) -> dict[str, object] | None:
     """The line as a JSON object, or None when it is not one (a CLI's stray output)."""

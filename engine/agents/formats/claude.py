@@ -100,6 +100,10 @@ class ClaudeStreamJson:
             return []  # every 30 s of a long tool: the row's `tool: Bash 1m30s` says as much
         return [unknown(event, kind)]
 
+    def ended(self) -> list[Event]:
+        # Each tool's end is its result; the process's end clears the current tool.
+        return []
+
     def _system(self, event: dict[str, object]) -> list[Event]:
         out: list[Event] = []
         session = event.get("session_id")

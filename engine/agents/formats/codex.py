@@ -8,6 +8,11 @@ captured output (tests/fixtures/agents/).
 (input_tokens, which include cached_input_tokens and cache_write_input_tokens, output_tokens),
 `turn.failed` with the reason, and `error` events: `Reconnecting... 2/5 (...)` while it retries,
 then the error it gave up on. Codex reports no cost: a route's `price` prices its tokens.
+
+A shell command still running when its 10 s yield is up goes on in a session of its own; if the
+turn ends first, Codex 0.171.0 never completes its item (later versions complete it at the
+turn's end, `in_progress`). Either way the transcript says it was left running, and the child's
+current tool ends with the turn (or with the process: `ended`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from flightdeck.engine.agents.formats.base import (
     ToolStarted,
     count,
     cut,
+    cut_line,
     json_object,
     text_of,
     unknown,
@@ -33,6 +39,9 @@ from flightdeck.engine.model import Usage
 # Items that run something: the child's current tool while they do.
 _TOOLS = {"command_execution": "shell", "web_search": "web_search"}
 _QUIET = {"turn.started", "item.updated"}
+LEFT_AT_TURN_END = "left running when the turn ended (Codex reports no end for it)"
+LEFT_AT_EXIT = "no end reported before its process ended"
+NAMED_CHARS = 200  # of the command named in such a line
 
 
 class CodexJson:
@@ -40,6 +49,7 @@ class CodexJson:
 
     def __init__(self, thread_usage: Usage | None = None) -> None:
         self._last_message = ""
+        self._open: dict[str, str] = {}  # item id -> what it runs, for items not completed
         # `turn.completed` counts the whole thread: a resumed one's turns before this process
         # too (`thread_usage`, what they were reported at); each report is the difference.
         self.thread_usage = thread_usage or Usage()
@@ -70,11 +80,16 @@ class CodexJson:
                 cache_write_tokens=written,
             )
             before, self.thread_usage = self.thread_usage, total
-            return [Report(_since(total, before)), Result(self._last_message)]
+            left = self._close(LEFT_AT_TURN_END)
+            return [*left, Report(_since(total, before)), Result(self._last_message)]
         if kind == "turn.failed":
             error = event.get("error")
             message = text_of(error.get("message", "")) if isinstance(error, dict) else ""
-            return [Shown("error", f"turn failed: {message}"), Result(message, error=True)]
+            failed: list[Event] = [
+                Shown("error", f"turn failed: {message}"),
+                Result(message, error=True),
+            ]
+            return [*self._close(LEFT_AT_TURN_END), *failed]
         if kind == "error":
             message = text_of(event.get("message", ""))
             if message.startswith("Reconnecting"):
@@ -84,24 +99,40 @@ class CodexJson:
             return []
         return [unknown(event, kind)]
 
+    def ended(self) -> list[Event]:
+        """Its process has ended: tools it started and never completed are closed."""
+        return self._close(LEFT_AT_EXIT)
+
+    def _close(self, why: str) -> list[Event]:
+        """A transcript line for each item still open, and the current tool's end."""
+        if not self._open:
+            return []
+        shown: list[Event] = [
+            Shown("tool", f"{cut_line(what, NAMED_CHARS)}: {why}") for what in self._open.values()
+        ]
+        self._open.clear()
+        return [*shown, ToolEnded()]
+
     def _started(self, item: dict[str, object]) -> list[Event]:
         kind = text_of(item.get("type", ""))
         if kind == "mcp_tool_call":
             name = f"{text_of(item.get('server', ''))}.{text_of(item.get('tool', ''))}"
+            self._open[text_of(item.get("id", ""))] = name
             return [
                 Shown("tool-call", f"{name} {text_of(item.get('arguments', {}))}"),
                 ToolStarted(name),
             ]
         if kind in _TOOLS:
-            detail = item.get("command", item.get("query", ""))
-            return [
-                Shown("tool-call", f"{_TOOLS[kind]} {text_of(detail)}"),
-                ToolStarted(_TOOLS[kind]),
-            ]
+            self._open[text_of(item.get("id", ""))] = named = _named(kind, item)
+            return [Shown("tool-call", named), ToolStarted(_TOOLS[kind])]
         return []
 
     def _completed(self, item: dict[str, object]) -> list[Event]:
         kind = text_of(item.get("type", ""))
+        if kind in _TOOLS and item.get("status") == "in_progress":
+            # Completed at its turn's end while it still runs: no exit status.
+            return self._close_one(kind, item, LEFT_AT_TURN_END)
+        self._open.pop(text_of(item.get("id", "")), None)
         if kind == "agent_message":
             self._last_message = text_of(item.get("text", ""))
             return [Shown("assistant", self._last_message)]
@@ -129,6 +160,17 @@ class CodexJson:
         if kind == "todo_list":
             return [Shown("system", "plan: " + text_of(item.get("items", [])))]
         return [unknown(item, f"item {kind}")]
+
+    def _close_one(self, kind: str, item: dict[str, object], why: str) -> list[Event]:
+        what = self._open.pop(text_of(item.get("id", "")), None) or _named(kind, item)
+        output = cut(text_of(item.get("aggregated_output", "")), TOOL_RESULT_CHARS)
+        said = f"{cut_line(what, NAMED_CHARS)}: {why}"
+        return [Shown("tool", f"{said}\n{output}" if output else said), ToolEnded()]
+
+
+def _named(kind: str, item: dict[str, object]) -> str:
+    """A command or search item as its transcript line names it."""
+    return f"{_TOOLS[kind]} {text_of(item.get('command', item.get('query', '')))}"
 
 
 def _since(total: Usage, before: Usage) -> Usage:

@@ -10,3 +10,6 @@ class Plain:
 
     def feed(self, line: str) -> list[Event]:
         return [Shown("output", line)]
+
+    def ended(self) -> list[Event]:
+        return []
