@@ -91,6 +91,22 @@ def small_filesystem(size: str = "2m", inodes: int | None = None) -> Iterator[Pa
             where.rmdir()
 
 
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """`folder` bind-mounted read-only over itself for the test (root can write anywhere a
+    chmod forbids, not there); skipped where mounting is not allowed."""
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("a read-only bind mount needs root and mount(8)")
+    done = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {done.stderr.decode().strip()}")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], check=True)
+        yield
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
 def fill(folder: Path, keep: int = 0) -> Path:
     """Fill the filesystem of `folder` up to `keep` bytes free; returns the filler file."""
     filler = folder / "filler"

@@ -11,7 +11,7 @@ from typing import Literal
 
 from flightdeck.engine.errors import LocatedError
 from flightdeck.tui.argparser import Parser, Version
-from flightdeck.tui.exitcodes import ExitCode, OutputClosed
+from flightdeck.tui.exitcodes import ExitCode, OutputClosed, OutputFailed
 from flightdeck.tui.logs import log_to_stderr
 from flightdeck.tui.usage import BATCH_ID_HELP, UsageError, state_dir_arg
 
@@ -378,6 +378,9 @@ def main(argv: Sequence[str] | None = None) -> ExitCode:
         return ExitCode.INTERRUPTED
     except OutputClosed:  # `flightdeck report | head`: the reader has what it wanted
         return ExitCode.OUTPUT_CLOSED
+    except OutputFailed as exc:  # `flightdeck report > report.md` on a full disk
+        _say_error(str(exc))
+        return ExitCode.INCOMPLETE
 
 
 def _say_error(text: str) -> None:

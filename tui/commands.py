@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flightdeck.engine.model import ChildStatus
 from flightdeck.engine.sanitize import one_line
-from flightdeck.tui.console import console_for, draws_tui
+from flightdeck.tui.console import console_for, draws_tui, write_whole
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.fmt import GLYPHS, fmt_cost, fmt_spent, fmt_spent_compact
 from flightdeck.tui.usage import UsageError, state_db
@@ -111,8 +110,7 @@ def cmd_report(args: argparse.Namespace) -> ExitCode:
         resume = command_line(reader.path.parent, "resume", report["batch_id"])
         text = render_markdown(report, resume)
     try:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
+        write_whole(text if text.endswith("\n") else text + "\n")
     except BrokenPipeError:
         console_for().on_broken_pipe()
     return ExitCode.OK

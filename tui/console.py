@@ -9,7 +9,7 @@ import stat
 import sys
 from typing import IO
 
-from flightdeck.tui.exitcodes import OutputClosed
+from flightdeck.tui.exitcodes import OutputClosed, OutputFailed
 from flightdeck.tui.terminal import gone
 from rich.console import Console
 
@@ -31,6 +31,38 @@ def to_devnull(file: IO[str]) -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, file.fileno())
         os.close(null)
+
+
+def write_whole(text: str) -> None:
+    """`text` on standard output, all of it. If it cannot all be written (a full disk), a file
+    standard output is goes back to what it held before (a cut report must not pass for a
+    whole one) and `OutputFailed` names it; BrokenPipeError is the caller's."""
+    out = sys.stdout
+    out.flush()
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):  # not a real file (a test's capture)
+        out.write(text)
+        return
+    data = memoryview(text.encode(out.encoding, out.errors or "strict"))
+    start = os.lseek(fd, 0, os.SEEK_CUR) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    try:
+        # os.write, not out.write: with PYTHONUNBUFFERED the text layer drops what a short
+        # write left unwritten, and says nothing.
+        while data:
+            data = data[os.write(fd, data) :]
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        try:
+            where = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            where = "standard output"
+        kept = ""
+        if start is not None:
+            os.ftruncate(fd, start)
+            kept = ": nothing of it was kept"
+        raise OutputFailed(f"cannot write to {where}: {exc.strerror or exc}{kept}") from None
 
 
 def hung_up(*consoles: Console) -> None:

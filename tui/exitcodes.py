@@ -30,3 +30,8 @@ class ExitCode(IntEnum):
 
 class OutputClosed(Exception):
     """Whoever read our output has gone (`flightdeck run … | head -1`): OUTPUT_CLOSED."""
+
+
+class OutputFailed(Exception):
+    """Our output could not be written whole (a full disk under `> report.md`): the message
+    says where and why; INCOMPLETE."""

@@ -6,7 +6,6 @@ rework.py; what they print is here."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +17,7 @@ from flightdeck.tui.client import (
     say_held,
 )
 from flightdeck.tui.clienttargets import where_filter
-from flightdeck.tui.console import console_for
+from flightdeck.tui.console import console_for, write_whole
 from flightdeck.tui.exitcodes import ExitCode
 from flightdeck.tui.usage import (
     UsageError,
@@ -181,8 +180,7 @@ def cmd_diff(args: argparse.Namespace) -> ExitCode:
     console = console_for()
     if not console.is_terminal:
         try:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+            write_whole(text)
         except BrokenPipeError:
             console.on_broken_pipe()
         return ExitCode.OK

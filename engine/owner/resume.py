@@ -127,6 +127,13 @@ def load(state_dir: Path, batch_id: str, *, reopen: bool = False) -> Stored:
         schedules_ended = reader.schedules_ended(batch_id)
     if info is None:
         raise ResumeError(None, None, "batch_id", no_batch(batch_id, state_dir))
+    for folder in (state_dir / "batches", state_dir / "batches" / batch_id):
+        # Checked before the batch is claimed: a folder it cannot write to (one mounted
+        # read-only) leaves the claim recorded and the batch unresumed.
+        if folder.exists() and not os.access(folder, os.W_OK):
+            raise ConfigError(
+                None, None, "state_dir", f"cannot use {state_dir}: {folder} is not writable"
+            )
     if info.status not in (BatchStatus.RUNNING, BatchStatus.ABANDONED) and not reopen:
         # Nothing is left pending for ever: the owner that would have applied it has gone.
         refuse_pending(db, batch_id, f"the batch had finished ({info.status.value})")
