@@ -30,7 +30,7 @@ from flightdeck.engine.api import Engine
 from flightdeck.engine.commands import ContinueAdmission, PauseAdmission
 from flightdeck.engine.inputs.settings import CommandSpec, Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, Task
-from flightdeck.engine.model import ChildRow, ChildStatus, Usage
+from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.owner import run as run_module
 from flightdeck.engine.records.processes import UPSERT as PROCESS_ROW
 from flightdeck.engine.records.processes import ProcessLog, processes, still_running
@@ -40,7 +40,7 @@ from flightdeck.engine.records.store import Store
 from faults import FaultyConnection, fill, fill_inodes, small_filesystem
 from helpers import HANG_S, batch, settings, until
 from test_adoption import argv, batch_of, flightdeck, kill_owner, project, runs
-from test_agents import config, engine_for, row_of
+from test_agents import FAKES, config, engine_for, row_of
 from test_resume import dead_batch
 from test_store import make_child
 
@@ -174,6 +174,62 @@ def test_a_process_the_store_cannot_record_never_runs_and_its_child_fails_saying
     assert "not started: its process could not be recorded" in said
     assert ran(tmp_path, "t0") == []  # held until recorded: the command never ran
     assert spawned(engine.batch_id, "t0") == []  # and nothing of it is left
+
+
+class FullAtSecondProcessRow(FaultyConnection):
+    """The disk fills as the second process row (a steer's resume) is written."""
+
+    rows = 0
+
+    def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
+        if sql == PROCESS_ROW:
+            self.rows += 1
+            if self.rows == 2:
+                self.failing.set()
+        return self._conn.executemany(sql, params)
+
+
+@pytest.mark.parametrize("now", [False, True])
+def test_a_steer_whose_resume_the_store_cannot_record_is_missed_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, now: bool
+) -> None:
+    # The steer was settled delivered before its resume ran, and the child failed "not
+    # started: ...": a child that had run, and answered, for a steer that never reached it.
+    conns: list[FullAtSecondProcessRow] = []
+
+    class _Store(Store):
+        def __init__(self, path: Path, **kw: Any) -> None:
+            super().__init__(path, **kw)
+            conns.append(FullAtSecondProcessRow(self._conn))
+            self._conn = conns[-1]  # type: ignore[assignment]
+
+    monkeypatch.setattr(run_module, "Store", _Store)
+    gate = tmp_path / "gate"
+    codex = [str(FAKES / "fake_codex.py"), "exec", "--json", "--fake-gate", str(gate), "{goal}"]
+    resume = [str(FAKES / "fake_codex.py"), "exec", "resume", "{session}", "--json", "{message}"]
+    route = argv(*codex) + "resume_" + argv(*resume)
+    route += 'format = "codex-json"\nsteer = "resume"\nkill_grace_s = 0.3\n'
+    engine = engine_for(tmp_path, config(tmp_path, route, engine="store_retry_s = 0.3\n"))
+    try:
+        until(lambda: row_of(engine).activity.current_tool == "shell", HANG_S)
+        engine.steer(["t0"], "and the changelog", now=now)
+        until(lambda: row_of(engine).steers, HANG_S, what="the steer queued")
+    finally:
+        gate.touch()
+    assert engine.wait(HANG_S)
+    row = row_of(engine)
+    assert conns[0].refused > 0  # the resume's process row was refused
+    why = "its session was not resumed: its process could not be recorded in the store"
+    assert [(r.state, (r.how or "")[: len(why)]) for r in row.steers] == [(SteerState.MISSED, why)]
+    if now:  # its turn was ended for the steer: no answer stands
+        assert row.status is ChildStatus.FAILED
+        assert (row.error or "").startswith(f"ended for a steer, then {why}")
+    else:  # the turn it had answered stands
+        assert (row.status, row.result) == (ChildStatus.COMPLETED, "done: review the change")
+    said = Path(row.transcript).read_text()
+    assert (
+        f"missed: and the changelog ({why}" in said and "delivered: and the changelog" not in said
+    )
 
 
 def _two_held_in_turn(tmp_path: Path) -> tuple[Batch, Settings, dict[str, str], Path]:

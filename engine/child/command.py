@@ -30,6 +30,7 @@ from flightdeck.engine.child.cliinput import CliInput
 from flightdeck.engine.child.clitally import CliTally
 from flightdeck.engine.child.kept import Attempt
 from flightdeck.engine.child.port import ChildPort, Ended
+from flightdeck.engine.child.steering import missed_note
 from flightdeck.engine.child.supervise import RunEnd, Supervisor, left_running
 from flightdeck.engine.model import ChildStatus, SteerReceipt, SteerState, Usage
 from flightdeck.engine.model.session import CliSession
@@ -228,15 +229,23 @@ class ProcessRunner:
             if not self._session:
                 c.transcript.write("engine", "no session id was reported: nothing to resume")
                 break
-            receipts = c.steering.take()
-            if not receipts:
+            steers = c.steering.take()
+            if not steers:
                 break
-            message = "\n\n".join(r.message for r in receipts)
-            for receipt in receipts:
-                c.transcript.write("operator", f"delivered: {receipt.message} (resume)")
-                c.settle(receipt, SteerState.DELIVERED, "by resuming the session")
+            message = "\n\n".join(r.message for r in steers)
             more = {**values, "session": self._session[0], "message": message}
-            end = self._run_once(c, expand(self._command.resume_argv, more), cwd, message, tally)
+            cut = end.for_steer  # the turn before was ended for these steers
+            try:
+                argv = expand(self._command.resume_argv, more)
+                end = self._run_once(c, argv, cwd, message, tally, steers=steers)
+            except NotRecorded as exc:
+                # The child ran, and answered: only the resume these steers needed never ran.
+                why = f"its session was not resumed: {exc}"
+                _missed(c, steers, why)
+                if cut:
+                    return Ended(ChildStatus.FAILED, f"ended for a steer, then {why}")
+                break
+            _missed(c, steers, "its session's resume never ran")  # stopped, or could not start
         return self._outcome(c, end)
 
     def _resumes(self, again: Attempt) -> bool:
@@ -264,9 +273,16 @@ class ProcessRunner:
         return Ended(ChildStatus.FAILED, reason + (": " + "\n".join(last) if last else ""))
 
     def _run_once(
-        self, c: ChildPort, argv: list[str], cwd: Path, stdin_text: str, tally: CliTally
+        self,
+        c: ChildPort,
+        argv: list[str],
+        cwd: Path,
+        stdin_text: str,
+        tally: CliTally,
+        steers: list[SteerReceipt] | None = None,
     ) -> RunEnd:
-        """One process, from its start to the end of its whole tree."""
+        """One process, from its start to the end of its whole tree. `steers`, for a steer's
+        resume, are settled delivered (and taken out of the list) once it runs."""
         spec = self._spec
         shown = shlex.join(argv)
         if len(shown) > MAX_ARGV_SHOWN:
@@ -312,6 +328,11 @@ class ProcessRunner:
             c.transcript.write("error", f"not started: {why}")
             raise NotRecorded(why)
         proc.go()
+        for receipt in steers or ():
+            c.transcript.write("operator", f"delivered: {receipt.message} (resume)")
+            c.settle(receipt, SteerState.DELIVERED, "by resuming the session")
+        if steers:
+            steers.clear()
         try:
             cli = None
             if spec.stdin and spec.steer == "stdin":
@@ -394,6 +415,12 @@ class ProcessRunner:
         c.progress.tool_ended()
         c.transcript.write("engine", f"process ended: {status_text(end.code)}")
         return end
+
+
+def _missed(c: ChildPort, receipts: list[SteerReceipt], why: str) -> None:
+    for receipt in receipts:
+        c.transcript.write("operator", missed_note(receipt.message, why))
+        c.settle(receipt, SteerState.MISSED, why)
 
 
 def _ended_well(end: RunEnd) -> bool:
