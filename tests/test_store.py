@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 
@@ -893,3 +894,48 @@ def test_a_units_event_is_not_committed_without_its_row_when_the_row_fails(db: P
     with StoreReader(db) as reader:
         assert [c.id for c in reader.children("b1")] == ["c2"]
         assert [e for e in reader.events("b1") if e[2] == UNIT_EVENT] == []
+
+
+def test_each_callback_hears_what_became_of_its_own_row_when_another_write_fails(
+    db: Path,
+) -> None:
+    """A bad write sends the writer through its batch one transaction at a time. A callback is
+    told its own row's fate, or (its row coalesced away) whether a later row of its child
+    landed: not, as it was, `False` for every row of a child one of whose writes failed."""
+    told: dict[str, bool] = {}
+
+    def then(name: str) -> Callable[[bool], None]:
+        return lambda ok: told.__setitem__(name, ok)
+
+    release, held = threading.Event(), threading.Event()
+
+    def hold(_: bool) -> None:
+        held.set()
+        release.wait(HANG_S)
+
+    with Store(db) as store:
+        store.update_child("b1", make_child(9), then=hold)  # the rest queue behind it: one batch
+        assert held.wait(HANG_S)
+        store.update_child("b1", make_child(1), then=then("c1 replaced"))
+        store.update_child(
+            "b1", make_child(1), then=then("c1 grouped"), events=[(None, 1.0, "n", "")]
+        )
+        bad = make_child(1, status=ChildStatus.COMPLETED, activity=Activity(api_calls=2**70))
+        store.update_child("b1", bad, then=then("c1 bad"))
+        store.update_child("b1", make_child(2), then=then("c2 replaced"))
+        store.update_child("b1", make_child(2, status=ChildStatus.RUNNING), then=then("c2 last"))
+        release.set()
+        assert store.flush(timeout=HANG_S)
+    assert told == {
+        "c1 replaced": True,  # the grouped row after it landed, holding it
+        "c1 grouped": True,
+        "c1 bad": False,
+        "c2 replaced": True,
+        "c2 last": True,
+    }
+    with StoreReader(db) as reader:
+        assert {c.id: c.status for c in reader.children("b1")} == {
+            "c1": ChildStatus.QUEUED,
+            "c2": ChildStatus.RUNNING,
+            "c9": ChildStatus.QUEUED,
+        }

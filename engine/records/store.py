@@ -57,6 +57,7 @@ from flightdeck.engine.records.writes import (
     Together,
     Write,
     coalesce,
+    fates,
     insert_rows,
     made,
     runs,
@@ -338,22 +339,21 @@ class Store:
             self._conn.close()
 
     def _handle(self, ops: list[Op]) -> bool:
-        """Commit these ops, then run their callbacks; True if they hold the stop marker.
-
-        The writer's one error path: whatever goes wrong costs these writes (logged, counted,
-        their callbacks told so), never the writer thread."""
+        """Commit these ops, then run their callbacks; True if they hold the stop marker. The
+        writer's one error path: whatever goes wrong costs these writes (logged, counted, their
+        callbacks told so), never the writer thread."""
         writes = [op for op in ops if isinstance(op, Write)]
         try:
-            ready, failed = made(coalesce(writes))
+            kept = coalesce(writes)
+            ready, failed = made(kept)
             self.failed_writes += len(failed)
             failed += self._commit(ready) if ready else []
         except Exception:
             self._rollback()
             self.failed_writes += len(writes)
             log.exception("flightdeck store: %d write(s) not committed", len(writes))
-            failed = writes
-        lost = {id(w) for w in failed}
-        lost_keys = {w.key for w in failed if w.key is not None}
+            kept = failed = writes
+        told = fates(writes, kept, failed)
         stop = False
         for op in ops:
             try:
@@ -362,7 +362,7 @@ class Store:
                 elif isinstance(op, Then):
                     op.call()
                 elif op.then is not None:
-                    op.then(id(op) not in lost and op.key not in lost_keys)
+                    op.then(told[id(op)])
             except Exception:  # the caller's bug must not stop the writer
                 log.exception("flightdeck store: a commit callback failed")
         return stop

@@ -36,6 +36,7 @@ class Write:
     # then): never made at all when a later write of the same child supersedes it (`coalesce`).
     # None made: nothing to write after all.
     later: Callable[[], Sequence[Any] | None] | None = None
+    of: Write | None = None  # the queued write this one was made from (`made`)
 
 
 @record
@@ -146,7 +147,15 @@ def made(writes: list[Write]) -> tuple[list[Write], list[Write]]:
         if params is None:
             continue
         ready.append(
-            Write(write.what, write.sql, params, key=write.key, then=write.then, group=write.group)
+            Write(
+                write.what,
+                write.sql,
+                params,
+                key=write.key,
+                then=write.then,
+                group=write.group,
+                of=write,
+            )
         )
     return ready, broken
 
@@ -172,6 +181,23 @@ def units(writes: list[Write]) -> Iterator[list[Write]]:
         unit.append(write)
     if unit:
         yield unit
+
+
+def fates(writes: list[Write], kept: list[Write], failed: list[Write]) -> dict[int, bool]:
+    """Whether each write (by id) is told it was committed: its own fate, or, coalesced away,
+    whether a later row of its child was (a row is whole: a later one holds it)."""
+    lost = {id(w.of or w) for w in failed}
+    attempted = {id(w) for w in kept}
+    landed: set[tuple[str, str]] = set()  # children a later row of which was committed
+    told: dict[int, bool] = {}
+    for write in reversed(writes):
+        if id(write) in attempted:
+            told[id(write)] = ok = id(write) not in lost
+            if ok and write.key is not None:
+                landed.add(write.key)
+        else:
+            told[id(write)] = write.key in landed
+    return told
 
 
 def coalesce(writes: list[Write]) -> list[Write]:
