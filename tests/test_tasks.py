@@ -402,6 +402,33 @@ def test_a_yaml_null_or_boolean_key_is_named_as_the_file_wrote_it(tmp_path: Path
     assert "unknown key" in str(error_at(path, 2, "true"))
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "field", "word"),
+    [
+        ("tasks:\n  - goal: yes\n", 2, "goal", "yes"),
+        ("tasks:\n  - id: no\n    goal: a\n", 2, "id", "no"),
+        ("tasks:\n  - goal: a\n    group: On\n", 3, "group", "On"),
+        ("batch:\n  name: off\ntasks: [{goal: a}]\n", 2, "batch.name", "off"),
+        ("tasks:\n  - goal: x {item}\n    for_each: [a, yes]\n", 3, "for_each", "yes"),
+    ],
+)
+def test_a_yaml_word_read_as_a_boolean_where_text_is_expected_is_told_to_quote_it(
+    tmp_path: Path, text: str, line: int, field: str, word: str
+) -> None:
+    # YAML 1.1 (PyYAML's) reads an unquoted yes, no, on or off as a boolean: the error said
+    # `expected a string, got boolean true` of a goal the file wrote as `yes`.
+    said = str(error_at(write(tmp_path, "b.yaml", text), line, field))
+    assert said.endswith(f", got boolean {str(word.lower() in ('yes', 'on')).lower()}; YAML "
+                         f"reads an unquoted {word} as a boolean: quote it, '{word}'")  # fmt: skip
+
+
+def test_a_quoted_word_or_a_wanted_boolean_gets_no_yaml_hint(tmp_path: Path) -> None:
+    path = write(tmp_path, "b.yaml", "tasks:\n  - goal: a\n    max_turns: yes\n")
+    assert str(error_at(path, 3, "max_turns")).endswith("expected an integer, got boolean true")
+    path = write(tmp_path, "c.yaml", "batch:\n  delegate: yes\ntasks:\n  - goal: 'yes'\n")
+    assert load_batch(path).tasks[0].goal == "yes"
+
+
 def test_unknown_task_key_suggests_the_right_one(tmp_path: Path) -> None:
     path = write(tmp_path, "b.toml", '[[tasks]]\ngoal = "a"\nmax_turn = 3\n')
     assert "unknown key (did you mean 'max_turns'?)" in str(error_at(path, 3, "max_turn"))

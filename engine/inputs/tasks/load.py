@@ -68,7 +68,8 @@ def _load_text(path: Path, text: str, max_chars: int, room: Room) -> Batch:
     elif suffix in (".yaml", ".yml"):
         from flightdeck.engine.inputs.tasks.yamlfile import parse_yaml  # PyYAML: only here
 
-        data, locate = parse_yaml(path, text, room.limit)
+        data, locate, booleans = parse_yaml(path, text, room.limit)
+        return _load_document(Source(path, locate, booleans), data, max_chars, room)
     else:
         raise SpecError(path, None, None, "unsupported file type: use .jsonl, .toml, .yaml or .yml")
     return _load_document(Source(path, locate), data, max_chars, room)

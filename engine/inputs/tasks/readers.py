@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,13 +24,20 @@ class Source:
 
     path: Path
     locate: Locate
+    # A YAML file's values read as booleans from plain words (`goal: yes`), as written, by key.
+    booleans: Mapping[Key, str] | None = None
 
     def line(self, key: Key) -> int | None:
         """The line of `key` (or of its nearest located parent)."""
         return self.locate(key)
 
     def error(self, key: Key, field: str | None, message: str) -> SpecError:
-        """A SpecError at the line of `key`."""
+        """A SpecError at the line of `key`; a word YAML read as a boolean where text was
+        wanted is told how to keep it a word."""
+        word = self.booleans.get(key) if self.booleans else None
+        wanted, got, _ = message.partition(", got boolean ")  # `expected`'s wrong type
+        if word is not None and got and "string" in wanted:
+            message += f"; YAML reads an unquoted {word} as a boolean: quote it, '{word}'"
         return SpecError(self.path, self.locate(key), field, message)
 
 

@@ -14,6 +14,7 @@ from flightdeck.engine.inputs.tasks.readers import Locate
 from flightdeck.engine.inputs.tomlpos import Key
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
 # What aliases may add to a YAML document, each counted as all it stands for: nested aliases
 # ("billion laughs") would otherwise grow a few hundred bytes into billions of values.
 MAX_ALIAS_NODES = 100_000
@@ -94,9 +95,10 @@ def _yaml_key(node: yaml.Node) -> object:
     return (node.tag, node.value) if isinstance(node, yaml.ScalarNode) else id(node)
 
 
-def parse_yaml(path: Path, text: str, max_tasks: int) -> tuple[object, Locate]:
-    """The parsed YAML document and a locator for its keys; duplicate keys are errors, as is
-    a document of more than `max_tasks` tasks (found before it is built)."""
+def parse_yaml(path: Path, text: str, max_tasks: int) -> tuple[object, Locate, dict[Key, str]]:
+    """The parsed YAML document, a locator for its keys, and the values YAML read as booleans
+    from plain words (`yes`, `off`), as written, by key; duplicate keys are errors, as is a
+    document of more than `max_tasks` tasks (found before it is built)."""
     check_yaml(path, text, max_tasks, _FastYamlLoader or _YamlLoader)
     if _FastYamlLoader is None:
         node, data = _built(path, text, _YamlLoader)
@@ -108,10 +110,11 @@ def parse_yaml(path: Path, text: str, max_tasks: int) -> tuple[object, Locate]:
             # checks then name by field with a fix): read again by PyYAML, for its message.
             node, data = _built(path, text, _YamlLoader)
     lines: dict[Key, int] = {}
+    booleans: dict[Key, str] = {}
     if node is not None:
         # A document that is just the list of tasks is read as {"tasks": [...]}: key it so.
         root: Key = ("tasks",) if isinstance(node, yaml.SequenceNode) else ()
-        _yaml_lines(path, node, root, lines, set())
+        _yaml_lines(path, node, root, (lines, booleans), set())
 
     def locate(key: Key) -> int | None:
         for n in range(len(key), -1, -1):
@@ -119,7 +122,7 @@ def parse_yaml(path: Path, text: str, max_tasks: int) -> tuple[object, Locate]:
                 return lines[key[:n]]
         return None
 
-    return data, locate
+    return data, locate, booleans
 
 
 def _built(
@@ -187,13 +190,21 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 
 def _yaml_lines(
-    path: Path, node: yaml.Node, key: Key, lines: dict[Key, int], active: set[int]
+    path: Path,
+    node: yaml.Node,
+    key: Key,
+    found: tuple[dict[Key, int], dict[Key, str]],
+    active: set[int],
 ) -> None:
-    """Record the line of every mapping key and sequence item; reject duplicate keys."""
+    """Record the line of every mapping key and sequence item, and the words YAML read as
+    booleans; reject duplicate keys."""
     if id(node) in active:  # a recursive alias: its lines are already recorded
         return
     active.add(id(node))
+    lines, booleans = found
     lines.setdefault(key, node.start_mark.line + 1)
+    if isinstance(node, yaml.ScalarNode) and node.tag == _BOOL_TAG and not node.style:
+        booleans[key] = node.value
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for k, v in node.value:
@@ -205,10 +216,10 @@ def _yaml_lines(
                 raise SpecError(path, line, field, f"duplicate key (first at line {seen[name]})")
             seen[name] = line
             lines[(*key, name)] = line
-            _yaml_lines(path, v, (*key, name), lines, active)
+            _yaml_lines(path, v, (*key, name), found, active)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _yaml_lines(path, item, (*key, index), lines, active)
+            _yaml_lines(path, item, (*key, index), found, active)
     active.discard(id(node))
 
 
