@@ -156,6 +156,48 @@ def test_a_credential_in_a_routes_headers_is_redacted_when_echoed(
             assert b"CANARY" not in path.read_bytes(), path
 
 
+@pytest.mark.parametrize(
+    ("provider", "variable"),
+    [("anthropic", "ANTHROPIC_CUSTOM_HEADERS"), ("openai", "OPENAI_CUSTOM_HEADERS")],
+)
+def test_the_headers_the_sdk_takes_from_the_environment_are_redacted_when_echoed(
+    tmp_path: Path, provider: str, variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The SDK sends the headers of its CUSTOM_HEADERS variable on every request; the engine's
+    # redaction knew only the route's own, so a gateway key set there and echoed was kept.
+    from helpers import batch, settings
+    from loopback import KEY_ENV, Loopback, Received, Reply, route_for
+
+    gateway, token = "gw-CANARY-0a1b2c3d4e5f", "tk-CANARY-f5e4d3c2b1a0"
+    monkeypatch.setenv(variable, f"X-Gateway-Key: {gateway}\nAuthorization-Proxy: Bearer {token}")
+    sent: list[str] = []
+
+    def responder(received: Received) -> Reply:
+        sent.append(received.headers.get("x-gateway-key", ""))
+        if "Review item 0" in json.dumps(received.body):
+            return Reply(status=401, message=f"bad gateway key {gateway}")
+        return Reply(text=f"your token is {token}.", chunk_chars=5)
+
+    with Loopback(responder) as server:
+        engine = Engine(
+            batch(2),
+            settings(route_for(server, provider)),
+            state_dir=tmp_path / "state",
+            env={KEY_ENV: "sk-other-0"},
+        )
+        engine.start()
+        try:
+            rows = run_to_end(engine).children
+        finally:
+            engine.close()
+    assert sent and set(sent) == {gateway}  # the SDK did send it
+    assert [r.status.value for r in rows] == ["failed", "completed"], rows
+    assert "[REDACTED]" in (rows[0].error or "") and "[REDACTED]" in (rows[1].result or "")
+    for path in (tmp_path / "state").rglob("*"):
+        if path.is_file():
+            assert b"CANARY" not in path.read_bytes(), path
+
+
 def test_a_key_in_a_models_question_or_sub_task_is_redacted_where_they_are_shown(
     tmp_path: Path,
 ) -> None:

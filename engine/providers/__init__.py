@@ -17,7 +17,7 @@ from flightdeck.engine.providers.base import (
     Provider,
     TurnRequest,
     TurnStream,
-    key_secrets,
+    sdk_secrets,
 )
 from flightdeck.engine.sanitize import redact
 
@@ -52,7 +52,7 @@ class FirstCall:
     def __init__(self, route: Route, key: str) -> None:
         self.name: str = route.provider
         self.model = route.model
-        self.secrets = key_secrets(key, route.options.get("headers"))
+        self.secrets = sdk_secrets(route.provider, key, route.options.get("headers"))
         self._route, self._key = route, key
         self._lock = threading.Lock()  # children's first turns come on many threads at once
         self._client: Provider | None = None

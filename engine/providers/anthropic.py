@@ -33,7 +33,7 @@ from flightdeck.engine.providers.base import (
     ToolCallEvent,
     TurnRequest,
     UsageEvent,
-    key_secrets,
+    sdk_secrets,
     unsent_key_note,
 )
 from flightdeck.engine.providers.headers import anthropic_headroom, retry_after
@@ -70,7 +70,7 @@ class AnthropicProvider:
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
         options = route.options
-        self.secrets = key_secrets(api_key, options.get("headers"))
+        self.secrets = sdk_secrets(self.name, api_key, options.get("headers"))
         self.key_note = unsent_key_note(options, api_key)
         self._http = http_client(options)
         self._client = anthropic.Anthropic(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import field
@@ -139,6 +140,23 @@ def key_secrets(api_key: str, headers: Mapping[str, str] | None = None) -> tuple
         values += [value, schemed.group(1)] if schemed else [value]
     key = () if api_key == LOCAL_PLACEHOLDER_KEY else (api_key,)
     return (*key, *dict.fromkeys(v for v in values if len(v) >= SECRET_HEADER_CHARS))
+
+
+# Each SDK sends the headers of its variable (`Name: value`, a line each) on every request.
+SDK_HEADERS_ENV = {"anthropic": "ANTHROPIC_CUSTOM_HEADERS", "openai": "OPENAI_CUSTOM_HEADERS"}
+
+
+def sdk_secrets(
+    provider: str, api_key: str, headers: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """`key_secrets` of every header the provider's SDK sends: the route's `headers`, and
+    those of its SDK_HEADERS_ENV variable (parsed as the SDK parses them; the route's win)."""
+    sent: dict[str, str] = {}
+    for line in os.environ.get(SDK_HEADERS_ENV[provider], "").split("\n"):
+        name, colon, value = line.partition(":")
+        if colon:
+            sent[name.strip()] = value.strip()
+    return key_secrets(api_key, {**sent, **(headers or {})})
 
 
 class Provider(Protocol):

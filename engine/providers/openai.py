@@ -28,7 +28,7 @@ from flightdeck.engine.providers.base import (
     ToolCallEvent,
     TurnRequest,
     UsageEvent,
-    key_secrets,
+    sdk_secrets,
     unsent_key_note,
 )
 from flightdeck.engine.providers.headers import openai_headroom, retry_after
@@ -77,7 +77,7 @@ class OpenAIProvider:
     def __init__(self, route: Route, api_key: str) -> None:
         self.model = route.model
         options = route.options
-        self.secrets = key_secrets(api_key, options.get("headers"))
+        self.secrets = sdk_secrets(self.name, api_key, options.get("headers"))
         self.key_note = unsent_key_note(options, api_key)
         # Given, never the SDK's own choice: it takes OPENAI_BASE_URL from the environment, and
         # would send OPENAI_API_KEY there (a route's base_url names its own key: __init__.py).
