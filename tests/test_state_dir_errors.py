@@ -76,3 +76,19 @@ def test_a_configs_state_dir_on_a_read_only_filesystem_is_said_at_its_line(
                 f"flightdeck: flightdeck.toml:3: engine.state_dir: cannot use {fs}: "
                 "Read-only file system\n"
             ), args
+
+
+def test_a_blank_flightdeck_home_is_one_clear_error_not_a_folder_named_blank(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `run` made a state folder called ' ' (and `ls` looked for ` /flightdeck.db`).
+    monkeypatch.setenv("FLIGHTDECK_HOME", " ")
+    said = "flightdeck: FLIGHTDECK_HOME: must name a folder, got ' '\n"
+    for args in (["run", "tasks.jsonl", "--headless"], ["run", "tasks.jsonl", "--detach"], ["ls"]):
+        assert main(args) == ExitCode.USAGE, args
+        assert capsys.readouterr() == ("", said), args
+    assert not (project / " ").exists()
+    # Empty, it is not set: the config's folder is used (here a file, said at its line).
+    monkeypatch.setenv("FLIGHTDECK_HOME", "")
+    assert main(["ls"]) == ExitCode.USAGE
+    assert capsys.readouterr().err.startswith("flightdeck: flightdeck.toml:3: engine.state_dir:")

@@ -116,12 +116,16 @@ def _implicit_sim() -> Route:
 def state_dir_from(
     cli: Path | None, settings: Settings, env: Mapping[str, str] | None = None
 ) -> Path:
-    """--state-dir wins, then FLIGHTDECK_HOME, then [engine] state_dir."""
+    """--state-dir wins, then FLIGHTDECK_HOME, then [engine] state_dir. A FLIGHTDECK_HOME of
+    spaces is a ConfigError: it would name a folder called ' ' (empty: it is not set)."""
     env = os.environ if env is None else env
     if cli is not None:
         return cli
-    if env.get("FLIGHTDECK_HOME"):
-        return Path(env["FLIGHTDECK_HOME"])
+    home = env.get("FLIGHTDECK_HOME")
+    if home and not home.strip():
+        raise ConfigError(None, None, "FLIGHTDECK_HOME", f"must name a folder, got {home!r}")
+    if home:
+        return Path(home)
     return settings.engine.state_dir
 
 
