@@ -32,6 +32,7 @@ from flightdeck.engine.inputs.settings import CommandSpec, Route, Settings
 from flightdeck.engine.inputs.tasks import Batch, Task
 from flightdeck.engine.model import ChildRow, ChildStatus, SteerState, Usage
 from flightdeck.engine.owner import run as run_module
+from flightdeck.engine.records import processes as processes_module
 from flightdeck.engine.records.processes import UPSERT as PROCESS_ROW
 from flightdeck.engine.records.processes import ProcessLog, processes, still_running
 from flightdeck.engine.records.reader import StoreReader
@@ -176,34 +177,35 @@ def test_a_process_the_store_cannot_record_never_runs_and_its_child_fails_saying
     assert spawned(engine.batch_id, "t0") == []  # and nothing of it is left
 
 
-class FullAtSecondProcessRow(FaultyConnection):
-    """The disk fills as the second process row (a steer's resume) is written."""
+class HeldAtSecondProcessRow(FaultyConnection):
+    """The second process row's write (a steer's resume) waits for `release` (a write lock held
+    elsewhere, say): past its wait, the process is not run."""
 
     rows = 0
+    release = threading.Event()
 
     def executemany(self, sql: str, params: Any) -> sqlite3.Cursor:
         if sql == PROCESS_ROW:
             self.rows += 1
             if self.rows == 2:
-                self.failing.set()
+                self.release.wait(HANG_S)
         return self._conn.executemany(sql, params)
 
 
 @pytest.mark.parametrize("now", [False, True])
-def test_a_steer_whose_resume_the_store_cannot_record_is_missed_saying_so(
+def test_a_steer_whose_resume_the_store_did_not_record_is_missed_saying_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, now: bool
 ) -> None:
     # The steer was settled delivered before its resume ran, and the child failed "not
     # started: ...": a child that had run, and answered, for a steer that never reached it.
-    conns: list[FullAtSecondProcessRow] = []
-
     class _Store(Store):
         def __init__(self, path: Path, **kw: Any) -> None:
             super().__init__(path, **kw)
-            conns.append(FullAtSecondProcessRow(self._conn))
-            self._conn = conns[-1]  # type: ignore[assignment]
+            self._conn = HeldAtSecondProcessRow(self._conn)  # type: ignore[assignment]
 
     monkeypatch.setattr(run_module, "Store", _Store)
+    monkeypatch.setattr(processes_module, "COMMIT_MARGIN_S", 0.5)
+    HeldAtSecondProcessRow.release.clear()
     gate = tmp_path / "gate"
     codex = [str(FAKES / "fake_codex.py"), "exec", "--json", "--fake-gate", str(gate), "{goal}"]
     resume = [str(FAKES / "fake_codex.py"), "exec", "resume", "{session}", "--json", "{message}"]
@@ -214,22 +216,24 @@ def test_a_steer_whose_resume_the_store_cannot_record_is_missed_saying_so(
         until(lambda: row_of(engine).activity.current_tool == "shell", HANG_S)
         engine.steer(["t0"], "and the changelog", now=now)
         until(lambda: row_of(engine).steers, HANG_S, what="the steer queued")
+        gate.touch()
+        until(lambda: row_of(engine).status.terminal, HANG_S, what="t0 ended")
     finally:
         gate.touch()
+        HeldAtSecondProcessRow.release.set()
     assert engine.wait(HANG_S)
     row = row_of(engine)
-    assert conns[0].refused > 0  # the resume's process row was refused
-    why = "its session was not resumed: its process could not be recorded in the store"
-    assert [(r.state, (r.how or "")[: len(why)]) for r in row.steers] == [(SteerState.MISSED, why)]
+    why = "its session was not resumed: its process was not recorded in the store within 0.8s"
+    assert [(r.state, r.how) for r in row.steers] == [(SteerState.MISSED, why)]
     if now:  # its turn was ended for the steer: no answer stands
-        assert row.status is ChildStatus.FAILED
-        assert (row.error or "").startswith(f"ended for a steer, then {why}")
+        assert (row.status, row.error) == (ChildStatus.FAILED, f"ended for a steer, then {why}")
     else:  # the turn it had answered stands
         assert (row.status, row.result) == (ChildStatus.COMPLETED, "done: review the change")
     said = Path(row.transcript).read_text()
-    assert (
-        f"missed: and the changelog ({why}" in said and "delivered: and the changelog" not in said
-    )
+    assert f"missed: and the changelog ({why})" in said
+    assert "delivered: and the changelog" not in said
+    assert "not started" not in said  # it had started, and answered
+    assert "its session's resume did not run: its process was not recorded" in said
 
 
 def _two_held_in_turn(tmp_path: Path) -> tuple[Batch, Settings, dict[str, str], Path]:

@@ -302,7 +302,7 @@ class ProcessRunner:
             # said as the row's, not as a program that could not start
             unrecorded = f"its process could not be recorded (its {exc.what} {exc.filename}: "
             unrecorded += f"{exc.strerror})"
-            c.transcript.write("error", f"not started: {unrecorded}")
+            c.transcript.write("error", f"{_unrun(steers)}: {unrecorded}")
             raise NotRecorded(unrecorded) from None
         except OSError as exc:
             c.transcript.write("error", f"cannot start {argv[0]}: {exc}")
@@ -325,7 +325,7 @@ class ProcessRunner:
             if why is None:
                 c.transcript.write("engine", "stopped before its process ran")
                 return RunEnd(code=None)  # its end: the stop's (`_outcome`)
-            c.transcript.write("error", f"not started: {why}")
+            c.transcript.write("error", f"{_unrun(steers)}: {why}")
             raise NotRecorded(why)
         proc.go()
         for receipt in steers or ():
@@ -415,6 +415,11 @@ class ProcessRunner:
         c.progress.tool_ended()
         c.transcript.write("engine", f"process ended: {status_text(end.code)}")
         return end
+
+
+def _unrun(steers: list[SteerReceipt] | None) -> str:
+    """How a run that never ran is said: a steer's resume is no start of the child."""
+    return "not started" if steers is None else "its session's resume did not run"
 
 
 def _missed(c: ChildPort, receipts: list[SteerReceipt], why: str) -> None:
