@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from flightdeck.engine.attached.view import StoreView
 
 STOP_WAIT_S = 10.0  # "stop all and quit" waits this long for the owner to record the end
+# The GIL switch interval while the attached screen runs (CPython's default is 5 ms). The event
+# loop gives the GIL up at every turn (its select), and while the store's reader holds it in a
+# read, each turn waited the whole interval to have it back: tens of turns between a key and
+# its frame. The engine's own processes want the opposite (engine/control/pool.py).
+KEYS_SWITCH_S = 0.001
 
 
 def run_in_background(
@@ -195,7 +200,8 @@ def attach_tui(
         looked = None if read_only else LastLooked(state_dir, view.batch_id)
         shown = ReadOnlyView(view) if read_only else view
         app = FlightdeckApp(shown, UiOptions(tui=tui or TuiSettings(), looked=looked))
-        stopped = app.run()
+        with keys_first():
+            stopped = app.run()
     except BaseException as exc:
         view.close()
         # Once it has shown (then a `kill -INT`, a Ctrl+C as it gives the terminal back), the
@@ -235,6 +241,17 @@ def attach_tui(
     if stopped:
         return ExitCode.TERMINATED if app.terminated else ExitCode.INTERRUPTED
     return exit_code(snap)
+
+
+@contextlib.contextmanager
+def keys_first() -> Iterator[None]:
+    """The GIL handed back to the screen's event loop within KEYS_SWITCH_S, while inside."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(KEYS_SWITCH_S)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def attach_hint(batch_id: str, state_dir: Path) -> str:

@@ -247,6 +247,26 @@ async def test_attach_on_a_finished_batch_is_read_only(project: Path) -> None:
         assert reader.controls(batch_id) == []
 
 
+def test_the_attached_screen_runs_with_a_short_gil_switch_interval(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store's reader holds the GIL for tens of milliseconds a read, and the event loop
+    # gives it up at every turn: at CPython's 5 ms interval, each turn of a key's path waited
+    # that long to have it back (docs/performance.md, session 35's keys section).
+    from flightdeck.tui import attached
+
+    batch_id = finished_here(project, config_file="quick.toml")
+    seen: list[float] = []
+    monkeypatch.setattr(
+        FlightdeckApp, "run", lambda self, *a, **k: seen.append(sys.getswitchinterval())
+    )
+    before = sys.getswitchinterval()
+    view = StoreView(project / ".flightdeck" / "flightdeck.db", batch_id, watch=False)
+    attached.attach_tui(view, read_only=True)
+    assert seen == [attached.KEYS_SWITCH_S] and attached.KEYS_SWITCH_S <= 0.001
+    assert sys.getswitchinterval() == before  # the process's own setting back after
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_an_abandoned_batch_opens_read_only_and_says_why(
