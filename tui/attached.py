@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 STOP_WAIT_S = 10.0  # "stop all and quit" waits this long for the owner to record the end
 # The GIL switch interval while the attached screen runs (CPython's default is 5 ms). The event
 # loop gives the GIL up at every turn (its select), and while the store's reader holds it in a
-# read, each turn waited the whole interval to have it back: tens of turns between a key and
-# its frame. The engine's own processes want the opposite (engine/control/pool.py).
+# read, each turn waited up to the whole interval to have it back, and a key takes several
+# turns to its frame. The engine's own processes want the opposite (engine/control/pool.py).
 KEYS_SWITCH_S = 0.001
 
 
