@@ -252,7 +252,7 @@ def test_the_attached_screen_runs_with_a_short_gil_switch_interval(
 ) -> None:
     # The store's reader holds the GIL for tens of milliseconds a read, and the event loop
     # gives it up at every turn: at CPython's 5 ms interval, each turn of a key's path waited
-    # that long to have it back (docs/performance.md, session 35's keys section).
+    # that long to have it back (docs/performance.md, "Keys: the floor on this host…").
     from flightdeck.tui import attached
 
     batch_id = finished_here(project, config_file="quick.toml")
