@@ -57,8 +57,8 @@ def test_descendants_seen_are_forgotten_once_gone(tmp_path: Path) -> None:
 
 def test_an_orphan_is_found_by_its_tag_read_once_and_forgotten_once_reaped(tmp_path: Path) -> None:
     # A command child's end looks at every child of the owner's main thread (where orphans
-    # come), and the engine's own writer is one: each tag is read once, and a process reaped
-    # leaves the cache, which would otherwise grow over a batch of thousands of children.
+    # come), and a program embedding an engine may have its own: each tag is read once, and a
+    # process reaped leaves the cache, which would otherwise grow over thousands of children.
     files = Files(tmp_path / "out", tmp_path / "err")
     tree.become_subreaper()
     proc = Process.spawn(

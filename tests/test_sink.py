@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from flightdeck.engine.agents import tree
 from flightdeck.engine.records import appender, writerproc
 from flightdeck.engine.records.appender import FileAppender, Transcripts, apply_frames
 from flightdeck.engine.records.events import (
@@ -199,6 +200,19 @@ def test_the_writer_process_writes_the_files(tmp_path: Path) -> None:
     assert bodies(paths[0])[-1] == "after release"
     with pytest.raises(ProcessLookupError):  # close() waited for it to exit
         os.kill(pid, 0)
+
+
+def test_the_writer_process_is_not_among_the_children_a_command_child_s_end_reads() -> None:
+    # A command child's end reads every child of the main thread, where a subreaper's orphans
+    # land: the writer, started by the drain thread, is not one (nor read at every end).
+    assert threading.current_thread() is threading.main_thread()
+    s = TranscriptSink()
+    try:
+        assert s.helper_pid is not None
+        assert s.helper_pid not in [a.proc.pid for a in tree.adopted()]
+        assert s.helper_pid in tree.children(os.getpid())  # still this process's child
+    finally:
+        s.close()
 
 
 def in_pipe(s: TranscriptSink) -> int:

@@ -110,9 +110,10 @@ def adopted() -> list[Adopted]:
     return found
 
 
-# The tags of this process's children, each read once (the engine's own transcript writer is
-# one, looked at as every command child ends): a child is known by its start time too, so a
-# reused pid is read again. Those no longer among its children are forgotten at every look.
+# The tags of this process's children, each read once (a program embedding an `Engine` may have
+# children of its own, looked at as every command child ends): a child is known by its start
+# time too, so a reused pid is read again. Those no longer among its children are forgotten at
+# every look.
 _tags: dict[Pid, str | None] = {}
 _tags_lock = threading.Lock()
 

@@ -54,10 +54,14 @@ class TranscriptSink:
         self._out = bytearray()  # framed, not yet handed to the helper
         self._closed = False
         self._local = Transcripts(self.MAX_OPEN, index=True)
-        self._helper = WriterProcess.start(self.MAX_OPEN)
-        self._thread = threading.Thread(target=self._run, name="flightdeck-transcripts")
+        self._helper: WriterProcess | None = None
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(started,), name="flightdeck-transcripts"
+        )
         self._thread.daemon = True  # close() drains it; a crash must not hang the exit
         self._thread.start()
+        started.wait()
 
     @property
     def helper_pid(self) -> int | None:
@@ -115,7 +119,15 @@ class TranscriptSink:
                 log.exception("transcript lines could not be framed: %d event(s) lost", len(events))
         return marker
 
-    def _run(self) -> None:
+    def _run(self, started: threading.Event) -> None:
+        # Started here, the writer process is this thread's child, not the main thread's: the
+        # kernel hands a subreaper's orphans to the main thread, and a command child's end
+        # reads each of its children (agents/tree.py `adopted`). This thread outlives it.
+        try:
+            self._helper = WriterProcess.start(self.MAX_OPEN)
+        except Exception:  # a bug: the lines are written here instead, and this thread lives
+            log.exception("the transcript writer process could not be started; writing in-process")
+        started.set()
         while True:
             self._wake.wait(self.DRAIN_S)
             self._wake.clear()  # whatever set it queued its item first: drained below
