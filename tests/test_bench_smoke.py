@@ -122,6 +122,10 @@ def test_the_command_benchmark_runs_and_reports() -> None:
     _, result = run_bench(code, {**scale, "BENCH_SLEEP_S": "0.2"})
     assert result["bench"] == "commands" and result["children"] == 8
     assert result["ratio_of_xargs"] > 0 and result["makespan_over_ideal"] >= 1
+    phases = result["thread_us_per_child"]  # each timed on the children's own threads
+    assert None not in phases.values() and 0 < phases["supervision"] < phases["thread"]
+    assert 0 < result["sleepers_last_go_s"] < result["sleepers_last_seen_s"] <= result["makespan_s"]
+    assert "(supervision " in load_runner().summary_rows([result])[0][1]
 
 
 @pytest.mark.slow

@@ -20,14 +20,18 @@ figures are comparable only at the same setting (before 2026-12-07 they were all
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 import os
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from flightdeck.engine.api import Engine
 from flightdeck.engine.inputs.settings import load_settings
@@ -57,15 +61,88 @@ ASSISTANT = json.dumps(
 )
 
 
+class Phases:
+    """The CPU a command child's own thread spends in each phase of its run, timed with
+    `time.thread_time_ns` around the engine's functions, wrapped here (the engine carries no
+    timing of its own). A checkout without one of them reports that phase as None."""
+
+    # (phase, module, class, function): each is called on the child's thread.
+    HOOKS = (
+        ("thread", "flightdeck.engine.executors.threads", "ThreadExecutor", "_run"),
+        ("spawn", "flightdeck.engine.agents.process", "Process", "spawn"),
+        ("commit_wait", "flightdeck.engine.agents.book", "StoreBook", "started"),
+        ("go", "flightdeck.engine.agents.process", "Process", "go"),
+        ("supervision", "flightdeck.engine.child.supervise", "Supervisor", "run"),
+        ("release", "flightdeck.engine.agents.process", "Process", "release"),
+        ("ended", "flightdeck.engine.agents.book", "StoreBook", "ended"),
+    )
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, int, float]] = []  # (phase, CPU ns, wall end): append is atomic
+        self.hooked: set[str] = set()
+        self._local = threading.local()
+        for phase, module, cls_name, name in self.HOOKS:
+            cls = getattr(importlib.import_module(module), cls_name, None)
+            raw = None if cls is None else cls.__dict__.get(name)
+            if raw is not None:
+                setattr(cls, name, self._wrap(phase, raw))
+                self.hooked.add(phase)
+
+    def _wrap(self, phase: str, raw: Any) -> Any:
+        is_class = isinstance(raw, classmethod)
+        func = raw.__func__ if is_class else raw
+        spans, thread_ns, local = self.spans, time.thread_time_ns, self._local
+
+        @functools.wraps(func)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            # A phase inside another (`release` lets a held process go) is the outer one's.
+            if phase != "thread" and getattr(local, "inside", False):
+                return func(*args, **kwargs)
+            local.inside = phase != "thread"
+            t0 = thread_ns()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                spans.append((phase, thread_ns() - t0, time.perf_counter()))
+                local.inside = False
+
+        return classmethod(timed) if is_class else timed
+
+    def take(self) -> list[tuple[str, int, float]]:
+        """The spans timed since the last take."""
+        taken, self.spans[:] = self.spans[:], []
+        return taken
+
+    def per_child(self, spans: list[tuple[str, int, float]], n: int) -> dict[str, float | None]:
+        """µs of the child's thread a child, by phase; `other`: the thread's time outside them."""
+        total = dict.fromkeys(self.hooked, 0)
+        for phase, ns, _ in spans:
+            total[phase] += ns
+        out: dict[str, float | None] = {p: None for p, *_ in self.HOOKS}
+        out.update({p: round(ns / n / 1000, 1) for p, ns in total.items()})
+        if "thread" in self.hooked:
+            inside = sum(ns for p, ns in total.items() if p != "thread")
+            out["other"] = round((total["thread"] - inside) / n / 1000, 1)
+        return out
+
+
 def cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
-def run(
-    folder: Path, argv: list[str], n: int, slots: int, fmt: str = "plain"
-) -> tuple[float, float]:
-    """`n` children of `argv` on `slots`: (wall seconds, this process's CPU seconds)."""
+class Ran(NamedTuple):
+    """One batch: wall and this process's CPU seconds from `start()` to `wait()`'s return,
+    and those two moments (`time.perf_counter`)."""
+
+    wall: float
+    cpu: float
+    start: float
+    end: float
+
+
+def timed_run(folder: Path, argv: list[str], n: int, slots: int, fmt: str = "plain") -> Ran:
+    """`n` children of `argv` on `slots`."""
     folder.mkdir(parents=True)
     argv_toml = json.dumps(argv)
     (folder / "flightdeck.toml").write_text(
@@ -78,11 +155,20 @@ def run(
     c0, t0 = cpu(), time.perf_counter()
     engine.start()
     assert engine.wait(600), "the batch did not end"
-    wall, used = time.perf_counter() - t0, cpu() - c0
+    t1 = time.perf_counter()
+    used = cpu() - c0
     snap = engine.snapshot()
     engine.close()
     assert snap.totals.completed == n, snap.totals
-    return wall, used
+    return Ran(t1 - t0, used, t0, t1)
+
+
+def run(
+    folder: Path, argv: list[str], n: int, slots: int, fmt: str = "plain"
+) -> tuple[float, float]:
+    """`n` children of `argv` on `slots`: (wall seconds, this process's CPU seconds)."""
+    ran = timed_run(folder, argv, n, slots, fmt)
+    return ran.wall, ran.cpu
 
 
 def xargs_rate(n: int) -> float:
@@ -91,18 +177,31 @@ def xargs_rate(n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def line_cost(phases: Phases, spans: list[tuple[str, int, float]], quiet: float) -> float | None:
+    """µs of supervision a line: a child's `Supervisor.run`, beyond a quiet child's."""
+    if "supervision" not in phases.hooked:
+        return None
+    return sum(ns for p, ns, _ in spans if p == "supervision") / 1000 - quiet
+
+
 def main() -> None:
     if TUNED:
         from flightdeck.engine.control.pool import tune_interpreter
 
         tune_interpreter()
+    phases = Phases()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
         xargs = xargs_rate(TRUE_N)
         wall, used = run(root / "true", ["/bin/true"], TRUE_N, 32)
+        by_phase = phases.per_child(phases.take(), TRUE_N)
         quiet = run(root / "quiet", ["/bin/true"], 1, 1)[1]
+        quiet_supervision = phases.per_child(phases.take(), 1)["supervision"] or 0.0
         plain = run(root / "plain", ["seq", str(LINES)], 1, 1)[1]
-        makespan = run(root / "sleep", ["sleep", str(SLEEP_S)], SLEEPERS, SLEEPERS)[0]
+        plain_supervision = line_cost(phases, phases.take(), quiet_supervision)
+        phases.take()
+        sleep = timed_run(root / "sleep", ["sleep", str(SLEEP_S)], SLEEPERS, SLEEPERS)
+        sleep_spans = phases.take()
         emitter = root / "emit.py"
         emitter.write_text(
             f"import sys\nline = {ASSISTANT!r} + '\\n'\nsys.stdout.write(line * {JSON_LINES})\n"
@@ -110,8 +209,16 @@ def main() -> None:
         # One-time costs are not per-line costs: the price tables that price a Claude Code
         # child's live usage load now. (A plain command's batch never loads them.)
         genai_cost(Usage(1, 1), "anthropic", "claude-sonnet-4-5")
+        phases.take()
         stream = run(root / "json", [sys.executable, str(emitter)], 1, 1, "claude-stream-json")[1]
+        json_supervision = line_cost(phases, phases.take(), quiet_supervision)
     rate = TRUE_N / wall
+
+    def last(phase: str) -> float | None:
+        ends = [end for p, _, end in sleep_spans if p == phase]
+        return max(ends) if ends else None
+
+    last_go, last_seen = last("go"), last("supervision")
     print(
         json.dumps(
             {
@@ -121,11 +228,27 @@ def main() -> None:
                 "xargs_p32_per_s": round(xargs, 1),
                 "ratio_of_xargs": round(rate / xargs, 3),
                 "owner_cpu_ms_per_child": round(used / TRUE_N * 1000, 3),
+                # the child's own thread, by phase (µs a child): what the owner's whole CPU
+                # above is made of besides the coordinator, the store and the main thread
+                "thread_us_per_child": by_phase,
                 "plain_cpu_us_per_line": round((plain - quiet) / LINES * 1e6, 2),
                 "json_cpu_us_per_line": round((stream - quiet) / JSON_LINES * 1e6, 2),
+                "plain_supervision_us_per_line": (
+                    None if plain_supervision is None else round(plain_supervision / LINES, 2)
+                ),
+                "json_supervision_us_per_line": (
+                    None if json_supervision is None else round(json_supervision / JSON_LINES, 2)
+                ),
                 "sleepers": SLEEPERS,
-                "makespan_s": round(makespan, 3),
-                "makespan_over_ideal": round(makespan / SLEEP_S, 3),
+                "makespan_s": round(sleep.wall, 3),
+                "makespan_over_ideal": round(sleep.wall / SLEEP_S, 3),
+                # where the makespan beyond one sleep goes: from `start()` to the last
+                # process let run, and from the last tree seen ended to `wait()`'s return
+                "sleepers_last_go_s": None if last_go is None else round(last_go - sleep.start, 3),
+                "sleepers_last_seen_s": (
+                    None if last_seen is None else round(last_seen - sleep.start, 3)
+                ),
+                "sleepers_tail_s": None if last_seen is None else round(sleep.end - last_seen, 3),
                 "tuned": TUNED,
                 "cpus": os.cpu_count(),
                 "load": os.getloadavg()[0],

@@ -116,10 +116,12 @@ def _rows(r: dict[str, Any], frozen_ms: float | None) -> Iterator[Row]:
                 r["fresh_over_resume"],
             )
         case "commands":
+            supervision = (r.get("thread_us_per_child") or {}).get("supervision")
             yield (
                 f"command children, {r['children']:,} /bin/true on 32 slots",
                 f"{r['children_per_s']:,} children/s, "
-                f"owner {r['owner_cpu_ms_per_child']} ms CPU each",
+                f"owner {r['owner_cpu_ms_per_child']} ms CPU each"
+                + ("" if supervision is None else f" (supervision {supervision / 1000:.2f})"),
                 f"xargs -P32 {r['xargs_p32_per_s']:,}/s",
                 r["ratio_of_xargs"],
             )
