@@ -2,10 +2,11 @@
 
 - 1,000 `/bin/true` children on 32 slots: children per second, against `xargs -P32` running
   the same 1,000 processes; and the owner's CPU per child (this process: spawning, tracking,
-  reaping, reading, records).
+  reaping, reading, records), with the CPU of each phase on the child's own thread (`Phases`).
 - One child printing 100,000 plain lines, and one printing 20,000 Claude Code stream-json
   `assistant` events: the owner's CPU per line, beyond a child that prints nothing.
-- 128 children that each `sleep 3`, on 128 slots: the makespan against the ideal (3 s).
+- 128 children that each `sleep 3`, on 128 slots: the makespan against the ideal (3 s), and
+  when the last was let run and the last seen ended.
 
 Run on a checkout's own venv, it measures that checkout (the engine API it uses is the same
 before and after the runner split), so before/after figures come from one machine and load.
