@@ -20,6 +20,7 @@ def open_executor(
     settings: Settings,
     *,
     pool_size: int,
+    children: int,
     auto: bool,
     report: Report,
     meter: Meter,
@@ -33,9 +34,9 @@ def open_executor(
     private: bool,
 ) -> tuple[Executor, int]:
     """The executor the settings name, started, and the pool size (`auto`: the formula of
-    control/pool.py, over the cluster's CPUs on Ray)."""
+    control/pool.py, over the cluster's CPUs on Ray); `children`: the batch's, as it starts."""
     if settings.engine.executor != "ray":
-        return ThreadExecutor(worker_pool(pool_size), report), pool_size
+        return ThreadExecutor(worker_pool(pool_size, children), report), pool_size
     from flightdeck.engine.executors.cluster.executor import RayExecutor, probe_files
     from flightdeck.engine.executors.cluster.wire import Setup
 
