@@ -112,45 +112,6 @@ def test_a_thread_the_system_refuses_leaves_the_pool_smaller_not_broken(
     assert snap.totals.completed == 10
 
 
-def test_a_batch_s_first_children_find_their_threads_started(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Starting a thread waits until it runs. Started by the coordinator as it hands out the
-    # first children, each waited behind the children given work before it (the interpreter
-    # lock): 128 command children's threads took it 0.3-1.2 s. Started with the pool, none does.
-    starters: list[str] = []
-    real_start = threading.Thread.start
-
-    def start_thread(self: threading.Thread) -> None:
-        if self.name.startswith("flightdeck-child"):
-            starters.append(threading.current_thread().name)
-        real_start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", start_thread)
-    snap = run_to_end(start(batch(10), settings(sim_route(tool_turns=0), pool=4), tmp_path))
-    assert snap.totals.completed == 10
-    assert starters[:4] == [threading.current_thread().name] * 4  # by `start()`, not later
-
-
-def test_threads_started_ahead_wait_idle_and_take_the_work() -> None:
-    pool = worker_pool(4, children=3)  # a batch of 3 needs 3
-    assert pool.threads == pool.idle == 3
-    release = threading.Event()
-    started = threading.Semaphore(0)
-
-    def child() -> None:
-        started.release()
-        release.wait(HANG_S)
-
-    for _ in range(3):
-        pool.submit(child)
-    for _ in range(3):
-        assert started.acquire(timeout=HANG_S)
-    assert pool.threads == 3 and pool.idle == 0  # none started on demand
-    release.set()
-    pool.shutdown()
-
-
 DEAF_CHILD = """
 import sys, threading
 from pathlib import Path

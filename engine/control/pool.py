@@ -37,13 +37,9 @@ def auto_pool_size(routes: Iterable[Route], cpu_count: int | None) -> int:
     return max(1, size)
 
 
-def worker_pool(pool_size: int, children: int = 0) -> WorkerPool:
-    """The threads a coordinator with `pool_size` slots runs its children on, one per child;
-    those the first of a batch's `children` start on are started now, before any has work
-    (`WorkerPool.prestart`)."""
-    pool = WorkerPool(pool_size + SPARE_WORKERS)
-    pool.prestart(min(pool_size, children))
-    return pool
+def worker_pool(pool_size: int) -> WorkerPool:
+    """The threads a coordinator with `pool_size` slots runs its children on, one per child."""
+    return WorkerPool(pool_size + SPARE_WORKERS)
 
 
 # CPython's default is 5 ms. Every thread waiting for the GIL wakes once per interval to ask for

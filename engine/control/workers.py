@@ -20,7 +20,7 @@ class WorkerPool:
     Not `ThreadPoolExecutor`: it joins its threads at interpreter exit, so one child abandoned
     inside a call that no stop reaches (an SDK read with no abort) would hold the process long
     after its batch ended. Children report to the coordinator, so no future is needed either.
-    Threads start on demand, when work arrives and none is idle, or ahead of it (`prestart`).
+    Threads start on demand, when work arrives and none is idle.
     """
 
     def __init__(self, max_workers: int, name: str = "flightdeck-child") -> None:
@@ -70,7 +70,9 @@ class WorkerPool:
             if len(self._threads) >= self._max:
                 self._queue.put(fn)  # the next thread free takes it
                 return
-            thread = self._thread()
+            thread = threading.Thread(
+                target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
+            )
             try:
                 thread.start()
             except RuntimeError as exc:
@@ -81,26 +83,6 @@ class WorkerPool:
                 raise ThreadRefused(str(exc)) from exc
             self._threads.append(thread)
             self._queue.put(fn)
-
-    def prestart(self, threads: int) -> None:
-        """Start up to `threads` threads now (within the pool's size), idle until work comes.
-        A thread's start waits until it runs: at once before the work is handed out, long
-        after, behind every thread given work before it (the interpreter lock). One the system
-        refuses is left to `submit`, which says so."""
-        with self._lock:
-            while len(self._threads) < min(threads, self._max):
-                thread = self._thread()
-                try:
-                    thread.start()
-                except RuntimeError:
-                    return
-                self._threads.append(thread)
-                self._idle += 1
-
-    def _thread(self) -> threading.Thread:
-        return threading.Thread(
-            target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True
-        )
 
     def lend(self, threads: int) -> None:
         """Allow `threads` more (or, negative, fewer) threads: a paused process keeps its

@@ -20,7 +20,6 @@ def open_executor(
     settings: Settings,
     *,
     pool_size: int,
-    children: int,
     auto: bool,
     report: Report,
     meter: Meter,
@@ -34,9 +33,9 @@ def open_executor(
     private: bool,
 ) -> tuple[Executor, int]:
     """The executor the settings name, started, and the pool size (`auto`: the formula of
-    control/pool.py, over the cluster's CPUs on Ray); `children`: the batch's, as it starts."""
+    control/pool.py, over the cluster's CPUs on Ray)."""
     if settings.engine.executor != "ray":
-        return ThreadExecutor(worker_pool(pool_size, children), report), pool_size
+        return ThreadExecutor(worker_pool(pool_size), report), pool_size
     from flightdeck.engine.executors.cluster.executor import RayExecutor, probe_files
     from flightdeck.engine.executors.cluster.wire import Setup
 

@@ -143,7 +143,6 @@ class BatchRun:
         self.pool, self.pool_size = open_executor(
             self.settings,
             pool_size=self.pool_size,
-            children=len(self.batch.tasks),
             auto=self._auto_pool and self._resuming is None,
             report=self._report,
             meter=self.meter,
