@@ -109,10 +109,9 @@ class BatchEvents:
         self._waves_ended = None
         return why
 
-    def fields(self, row: ChildRow) -> dict[str, Any]:
-        """What the events add to a child's row (for one `dataclasses.replace` of it): its
-        parent and depth, loop flag, node, attempt and changes, question and denied call."""
-        cid = row.id
+    def fields(self, cid: str, started: float | None) -> dict[str, Any]:
+        """What the events add to a child's row (`started`: its started_ts): its parent and
+        depth, loop flag, node, attempt and changes, question and denied call."""
         fields: dict[str, Any] = {}
         parent = self._parents.get(cid)
         looped = self._looped.get(cid)
@@ -124,5 +123,5 @@ class BatchEvents:
         if node is not None:  # its work ran on a cluster: where
             fields["node"] = node
         fields.update(self._kept.fields(cid))
-        fields.update(self._needs.fields(row))
+        fields.update(self._needs.fields(cid, started))
         return fields

@@ -50,7 +50,9 @@ from flightdeck.engine.records.rows import (
     child_row,
     own_tasks,
     receipt,
+    stored_activity,
     stored_spec,
+    stored_usage,
 )
 
 log = logging.getLogger(__name__)  # under "flightdeck": the TUI shows warnings as notifications
@@ -247,21 +249,25 @@ class BatchReading:
     ) -> ChildRow:
         """A child's row from its CHILD_COLUMNS, with what the store keeps elsewhere and what
         the owner publishes live (`before`: the row last built, whose figures may still do)."""
-        row = child_row(full, steers)
-        # One replace of the row: a 1,000-row read builds hundreds.
-        fields = self._events.fields(row)
-        if row.usage.cache_read_tokens:  # priced again only when its usage changed (a call)
-            if before is not None and before.usage == row.usage:
+        # What the row adds is worked out from the columns first, so the row is built once.
+        cid, route = full[1], full[5]
+        usage = stored_usage(full)
+        fields = self._events.fields(cid, full[22])
+        fields["usage"] = usage
+        if usage.cache_read_tokens:  # priced again only when its usage changed (a call)
+            if before is not None and before.usage == usage:
                 fields["cache_saved_usd"] = before.cache_saved_usd
             else:
-                route = self._settings_routes().get(row.route)
-                fields["cache_saved_usd"] = cache_saving(row.usage, route) if route else None
+                prices = self._settings_routes().get(route)
+                fields["cache_saved_usd"] = cache_saving(usage, prices) if prices else None
         live = self._live
         # An ended child has nothing in flight; an abandoned batch's figures died with it.
         running = self.info is None or self.info.status is BatchStatus.RUNNING
-        flight = live.children.get(row.id) if running and row.status.live else None
-        fields.update(live_fields(row, flight, row.route not in live.unsteerable))
-        return dataclasses.replace(row, **fields) if fields else row
+        flight = live.children.get(cid) if running and ChildStatus(full[7]).live else None
+        if flight is not None or route in live.unsteerable:
+            fields["activity"] = activity = stored_activity(full)  # the live figures may add to it
+            fields.update(live_fields(activity, flight, route not in live.unsteerable))
+        return child_row(full, steers, **fields)
 
     def _written(self) -> list[tuple[Any, ...]]:
         """The _MUTABLE columns, and the change counter, of the children written since the

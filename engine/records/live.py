@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from flightdeck.engine.model import ChildRow, RouteHeadroom, RouteLimit, Usage, record
+from flightdeck.engine.model import Activity, ChildRow, RouteHeadroom, RouteLimit, Usage, record
 
 __all__ = ["ChildLive", "Live", "child_live", "live_fields", "live_from_json", "live_json"]
 
@@ -62,14 +62,15 @@ def child_live(row: ChildRow) -> ChildLive | None:
     )
 
 
-def live_fields(row: ChildRow, live: ChildLive | None, steerable: bool) -> dict[str, Any]:
-    """What a row read from the store takes from the live figures (`live`: none in flight), as
-    the fields to replace (none when it has nothing the stored row lacks)."""
+def live_fields(activity: Activity, live: ChildLive | None, steerable: bool) -> dict[str, Any]:
+    """What a row read from the store (its stored `activity`) takes from the live figures
+    (`live`: none in flight), as the fields to set (none when it has nothing the stored row
+    lacks)."""
     fields: dict[str, Any] = {} if steerable else {"steerable": False}
     if live is not None:
         if live.retry_reason or live.retrying or live.last_turn or live.unreported:
             fields["activity"] = dataclasses.replace(  # (most calls only stream)
-                row.activity,
+                activity,
                 retry_reason=live.retry_reason,
                 retrying=live.retrying,
                 last_turn=live.last_turn,

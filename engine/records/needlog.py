@@ -35,14 +35,13 @@ class Needs:
         elif kind == "dismiss":
             self._dismissed[child_id] = ts
 
-    def fields(self, row: ChildRow) -> dict[str, Any]:
+    def fields(self, cid: str, started: float | None) -> dict[str, Any]:
         """What its events say of a child's row (nothing: none of them). Its question only if
-        asked in this run: one an earlier owner's run (or attempt) asked went with it."""
-        cid = row.id
+        asked in this run (`started`: the row's): one an earlier owner's run (or attempt)
+        asked went with it."""
         if cid not in self._questions and cid not in self._denials and cid not in self._dismissed:
             return {}
         question = self._questions.get(cid)
-        started = row.started_ts
         if question is not None and (started is not None and question.ts < started):
             question = None
         return {

@@ -354,8 +354,12 @@ def own_tasks(spec_json: str) -> frozenset[str]:
     return frozenset(str(t["id"]) for t in stored_spec(spec_json)["tasks"])
 
 
-def child_row(r: Sequence[Any], steers: tuple[SteerReceipt, ...]) -> ChildRow:
-    """A CHILD_COLUMNS row, with the child's steer receipts."""
+def child_row(r: Sequence[Any], steers: tuple[SteerReceipt, ...], **fields: Any) -> ChildRow:
+    """A CHILD_COLUMNS row, with the child's steer receipts; `fields` are what a reader adds
+    (set in the one build: a 1,000-row read would otherwise build each row twice). Its
+    `activity` and `usage`, if given, replace what the columns say."""
+    activity = fields.pop("activity", None)
+    usage = fields.pop("usage", None)
     return ChildRow(
         id=r[1],
         seq=r[2],
@@ -364,22 +368,8 @@ def child_row(r: Sequence[Any], steers: tuple[SteerReceipt, ...]) -> ChildRow:
         route=r[5],
         model=r[6],
         status=ChildStatus(r[7]),
-        activity=Activity(
-            api_calls=r[8],
-            tool_calls=r[9],
-            retries=r[10],
-            turns=r[11],
-            current_tool=r[12],
-            tool_started_ts=r[13],
-            last_activity_ts=r[15],
-            text=r[14],
-        ),
-        usage=Usage(
-            input_tokens=r[16],
-            output_tokens=r[17],
-            cache_read_tokens=r[18],
-            cache_write_tokens=r[19],
-        ),
+        activity=stored_activity(r) if activity is None else activity,
+        usage=stored_usage(r) if usage is None else usage,
         cost_usd=_decimal(r[20]),
         queued_ts=r[21],
         started_ts=r[22],
@@ -389,6 +379,28 @@ def child_row(r: Sequence[Any], steers: tuple[SteerReceipt, ...]) -> ChildRow:
         transcript=r[26],
         steers=steers,
         cost_floor_usd=ZERO_USD if r[27] is None else Decimal(r[27]),
+        **fields,
+    )
+
+
+def stored_activity(r: Sequence[Any]) -> Activity:
+    """A CHILD_COLUMNS row's activity."""
+    return Activity(
+        api_calls=r[8],
+        tool_calls=r[9],
+        retries=r[10],
+        turns=r[11],
+        current_tool=r[12],
+        tool_started_ts=r[13],
+        last_activity_ts=r[15],
+        text=r[14],
+    )
+
+
+def stored_usage(r: Sequence[Any]) -> Usage:
+    """A CHILD_COLUMNS row's billed usage."""
+    return Usage(
+        input_tokens=r[16], output_tokens=r[17], cache_read_tokens=r[18], cache_write_tokens=r[19]
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flightdeck.engine.apilight import Forecast, forecast
 from flightdeck.engine.model import (
     BatchStatus,
     ChildRow,
@@ -25,6 +26,7 @@ from flightdeck.tui.tail import Tail, read_all, read_chunk
 from flightdeck.tui.widgets.columns import COLUMN_KEYS, fit_columns, fit_text
 from flightdeck.tui.widgets.days import Days, day_of_last
 from flightdeck.tui.widgets.detail import SHRINK_AFTER_S, ChildDetail, detail_text
+from flightdeck.tui.widgets import meter as meter_module
 from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.rows import SortOrder, parse_filter, row_cells, sort_key
 from flightdeck.tui.widgets.status import StatusLine, fit_parts, status_parts
@@ -275,12 +277,13 @@ def _snapshot(rows: tuple[ChildRow, ...]) -> Snapshot:
     return Snapshot("b", BatchStatus.RUNNING, T0, NOW, rows, fake_totals(rows), pool_size=4)
 
 
+class MeterApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield CostMeter(id="meter")
+
+
 def meter_text(snap: Snapshot, width: int = 160) -> str:
     """What the meter shows for `snap`, rendered in a bare app `width` columns wide."""
-
-    class MeterApp(App[None]):
-        def compose(self) -> ComposeResult:
-            yield CostMeter(id="meter")
 
     async def run() -> str:
         app = MeterApp()
@@ -476,6 +479,38 @@ def test_the_meter_projects_the_cost_at_completion_with_its_range(tmp_path: Path
     assert meter_text(lost, 80).splitlines()[1].endswith("2:15  lost $0.07")
     assert "lost attempts $?" in meter_text(dataclasses.replace(snap, lost_cost_usd=None))
     assert "lost" not in meter_text(snap)  # none lost: nothing said
+
+
+def test_the_meter_works_out_the_forecast_again_only_for_other_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It reads every row (5,000 of them each 0.3 s poll); a poll with no store read since
+    hands the meter the same rows, and the forecast of other rows is theirs, never stale."""
+    rows = _forecast_batch(tmp_path)
+    snap = dataclasses.replace(_snapshot(rows), totals=totals_of(rows))
+    worked: list[int] = []
+
+    def counted(children: tuple[ChildRow, ...]) -> Forecast:
+        worked.append(len(children))
+        return forecast(children)
+
+    monkeypatch.setattr(meter_module, "forecast", counted)
+    cheaper = (*rows[:4], dataclasses.replace(rows[4], cost_usd=Decimal("0.02")), rows[5])
+
+    async def run() -> list[str]:
+        app = MeterApp()
+        seen = []
+        async with app.run_test(size=(160, 10)):
+            meter = app.query_one(CostMeter)
+            for s in (snap, dataclasses.replace(snap, now=NOW + 1), _snapshot(cheaper)):
+                meter.show(s, s.now)
+                seen.append(str(meter.render()))
+        return seen
+
+    first, polled, other = asyncio.run(run())
+    assert worked == [6, 6]  # the poll with the same rows (a later clock) worked out none
+    assert "forecast $1.62 ($1.47–$1.77)" in first and "forecast $1.62 ($1.47–$1.77)" in polled
+    assert "forecast $1.52 ($1.37–$1.67)" in other
 
 
 def test_the_compact_meter_never_cuts_lost_from_its_figure(tmp_path: Path) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from decimal import Decimal
 
 from flightdeck.engine.apilight import Forecast, forecast
-from flightdeck.engine.model import BatchStatus, Snapshot
+from flightdeck.engine.model import BatchStatus, ChildRow, Snapshot
 from flightdeck.engine.sanitize import one_line
 from flightdeck.tui.fmt import (
     fmt_clock,
@@ -41,6 +42,7 @@ class CostMeter(Static):
         self._samples: deque[tuple[float, Decimal]] = deque()
         self._shown: Text | None = None
         self._last: tuple[Snapshot, float, Decimal | None] | None = None
+        self._ahead: tuple[Sequence[ChildRow], Forecast] | None = None  # of these rows
 
     def burn_per_min(self, snap: Snapshot, now: float) -> Decimal | None:
         """Dollars per minute over the last minute (the batch's first, while it is younger);
@@ -86,7 +88,7 @@ class CostMeter(Static):
         """The full form when it fits the meter's width, else the full form without its
         extras, else the compact one. A budget, a forecast and lost attempts can take the full
         form past 160 columns, and a figure past the edge is lost (the elapsed time first)."""
-        ahead = forecast(snap.children)  # once: it reads every row
+        ahead = self._forecast(snap.children)
         width = self.content_region.width
         if width <= 0:  # not laid out yet
             return meter_text(snap, now, burn, ahead, compact=False)
@@ -100,6 +102,14 @@ class CostMeter(Static):
         # Big token counts at 80 columns, or a narrower screen: tighter still, rather than the
         # elapsed time cut at the edge.
         return meter_text(snap, now, burn, ahead, compact=True, tight=True, width=width)
+
+    def _forecast(self, children: Sequence[ChildRow]) -> Forecast:
+        """The forecast of these rows, worked out again only for other rows: it reads every
+        row, and a poll with no store read since hands the meter the same tuple (whose rows
+        never change)."""
+        if self._ahead is None or self._ahead[0] is not children:
+            self._ahead = (children, forecast(children))
+        return self._ahead[1]
 
 
 def _burns_nothing(snap: Snapshot) -> bool:
