@@ -27,6 +27,7 @@ from flightdeck.engine.model import (
     Usage,
 )
 from flightdeck.engine.records import schema
+from flightdeck.engine.records.live import live_json
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.engine.records.store import Store
 
@@ -342,3 +343,52 @@ def test_an_owner_gone_from_a_full_disk_is_said_so_not_only_abandoned(tmp_path: 
             assert f"flightdeck resume b1 --state-dir {fs} runs it on" in problem, problem
         finally:
             view.close()
+
+
+def test_rows_built_again_from_live_figures_and_events_agree_with_a_fresh_read(
+    tmp_path: Path,
+) -> None:
+    # Each changed row is built once, its events' and live fields worked out from its columns:
+    # after each round of changes, the kept rows are what a fresh view reads.
+    rng = random.Random(39)
+    db = tmp_path / "flightdeck.db"
+    store = Store(db)
+    store.create_batch(make_batch("b1"))
+    rows = {f"c{i}": make_child(i) for i in range(60)}
+    store.add_children("b1", list(rows.values()))
+    assert store.flush(timeout=HANG_S)
+    view = StoreView(db, "b1", watch=False)
+    try:
+        for round_ in range(20):
+            for cid in rng.sample(sorted(rows), 8):
+                rows[cid] = _changed(rng, rows[cid])
+                store.update_child("b1", rows[cid])
+            alive = [r for r in rows.values() if r.status.live]
+            flying = [
+                dataclasses.replace(
+                    r,
+                    in_flight=Usage(rng.randint(1, 900), rng.randint(0, 90), 0, 0),
+                    in_flight_cost_usd=Decimal(rng.randint(0, 1000)) / 10**6,
+                    activity=dataclasses.replace(r.activity, retrying=rng.random() < 0.3),
+                )
+                for r in rng.sample(alive, min(len(alive), 10))
+            ]
+            unsteerable = ["sim"] if round_ % 7 == 3 else []
+            store.set_live("b1", live_json(flying, (), None, unsteerable))
+            asker = rng.choice(sorted(rows))
+            store.record_event("b1", asker, 1550.0 + round_, "ask", '{"question": "which?"}')
+            assert store.flush(timeout=HANG_S)
+            assert view.refresh()
+            again = StoreView(db, "b1", watch=False)
+            try:
+                kept, fresh = view.snapshot(), again.snapshot()
+                assert kept.children == fresh.children
+                assert kept.totals == fresh.totals
+                assert all(r.steerable == (not unsteerable) for r in kept.children)
+            finally:
+                again.close()
+        assert any(r.in_flight.total for r in kept.children)  # the live figures were read
+        assert any(r.question is not None for r in kept.children)  # and the events
+    finally:
+        view.close()
+        store.close()
