@@ -11,7 +11,7 @@ import sqlite3
 from decimal import Decimal
 from typing import Any
 
-from flightdeck.engine.model import ChildRow, LoopEvidence
+from flightdeck.engine.model import LoopEvidence
 from flightdeck.engine.model.units import UNIT_EVENT
 from flightdeck.engine.records.attempts import KEPT_KINDS, Kept
 from flightdeck.engine.records.forecast import lost_cost

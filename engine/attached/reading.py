@@ -263,7 +263,9 @@ class BatchReading:
         live = self._live
         # An ended child has nothing in flight; an abandoned batch's figures died with it.
         running = self.info is None or self.info.status is BatchStatus.RUNNING
-        flight = live.children.get(cid) if running and ChildStatus(full[7]).live else None
+        flight = live.children.get(cid) if running else None
+        if flight is not None and not ChildStatus(full[7]).live:
+            flight = None
         if flight is not None or route in live.unsteerable:
             fields["activity"] = activity = stored_activity(full)  # the live figures may add to it
             fields.update(live_fields(activity, flight, route not in live.unsteerable))

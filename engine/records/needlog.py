@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from flightdeck.engine.model import ChildRow, Denial, Question
+from flightdeck.engine.model import Denial, Question
 
 NEED_EVENTS = ("ask", "answer", "denied", "dismiss")
 _ACTIONS = {"ask": "asks", "answer": "answer", "denied": "denied a tool", "dismiss": "cleared"}

@@ -23,10 +23,10 @@ from flightdeck.engine.model import (
 from flightdeck.engine.records.meter import totals_of
 from flightdeck.tui.fmt import fmt_age, fmt_cost, fmt_tokens
 from flightdeck.tui.tail import Tail, read_all, read_chunk
+from flightdeck.tui.widgets import meter as meter_module
 from flightdeck.tui.widgets.columns import COLUMN_KEYS, fit_columns, fit_text
 from flightdeck.tui.widgets.days import Days, day_of_last
 from flightdeck.tui.widgets.detail import SHRINK_AFTER_S, ChildDetail, detail_text
-from flightdeck.tui.widgets import meter as meter_module
 from flightdeck.tui.widgets.meter import CostMeter
 from flightdeck.tui.widgets.rows import SortOrder, parse_filter, row_cells, sort_key
 from flightdeck.tui.widgets.status import StatusLine, fit_parts, status_parts
